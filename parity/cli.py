@@ -1,0 +1,96 @@
+"""The ``parity`` command line (also ``python -m parity``).
+
+Subcommands are wired only once they work:
+
+- ``parity config validate FILE...``: checks configs; exit 2 on the first bad one.
+- ``parity config show [FILE] [key=value ...]``: prints the resolved config
+  (every torch default filled in). Without FILE, the default experiment.
+
+Exit codes: 0 success, 2 bad input (config, override, missing file), as
+argparse uses 2 for usage errors. Bad input never writes anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from parity import __version__
+from parity.config import ConfigError, load_config
+
+__all__ = ["main", "build_parser", "default_config_path"]
+
+EXIT_BAD_INPUT = 2
+
+
+def default_config_path() -> Path:
+    """``configs/lenet_digits.yaml`` of this checkout: LeNet on the bundled digits."""
+    return Path(__file__).resolve().parent.parent / "configs" / "lenet_digits.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parity",
+        description="Train the same experiment in PyTorch and JAX and prove they match.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    config = commands.add_parser("config", help="validate or show experiment configs")
+    config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
+    validate = config_commands.add_parser("validate", help="check config files; exit 2 on the first invalid one")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(handler=_config_validate)
+    show = config_commands.add_parser(
+        "show",
+        help="print the resolved config (torch defaults filled in)",
+        description="Print the resolved config. Overrides are dotted key=value pairs, values parsed as YAML.",
+    )
+    show.add_argument("file", nargs="?", metavar="FILE", help=f"config file (default: {default_config_path().name})")
+    show.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    show.set_defaults(handler=_config_show)
+    config.set_defaults(handler=lambda args: _print_help(config))
+    return parser
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_BAD_INPUT
+
+
+def _config_validate(args: argparse.Namespace) -> int:
+    for file in args.files:
+        load_config(file)
+        print(f"ok: {file}")
+    return 0
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    file, overrides = args.file, list(args.overrides)
+    if file is not None and "=" in file and not Path(file).exists():
+        overrides.insert(0, file)  # `parity config show key=value`: the default config, overridden
+        file = None
+    config = load_config(file if file is not None else default_config_path(), overrides)
+    sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        return _print_help(parser)
+    try:
+        return handler(args)
+    except ConfigError as error:
+        print(f"parity: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Load, override and validate experiment configs.
+
+``load_config("configs/x.yaml", ["optimizer.lr=0.1"])`` reads the YAML
+(duplicate keys are an error, not a silent overwrite), applies dotted
+``key=value`` overrides (values parsed as YAML scalars), and builds the typed
+:class:`~parity.config.schema.ExperimentConfig`. Every problem raises
+:class:`~parity.config.types.ConfigError` naming the file and the full key
+path, with the closest valid key for a misspelling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from parity.config import registry
+from parity.config.schema import ExperimentConfig, NamedSection, SchedulerConfig
+from parity.config.types import ConfigError, coerce, suggest, unknown_key_error
+
+__all__ = ["load_config", "config_from_dict", "apply_overrides", "parse_override", "read_yaml"]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys (PyYAML keeps the last silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads a YAML mapping; ``ConfigError`` for a missing file, bad YAML or a non-mapping."""
+    source = os.fspath(path)
+    if not os.path.isfile(source):
+        raise ConfigError(f"no such config file: {source}")
+    try:
+        with open(source, encoding="utf-8") as handle:
+            data = yaml.load(handle, Loader=_StrictLoader)
+    except ConfigError as error:
+        raise error.with_source(source) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"invalid YAML: {error}", source=source) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"optimizer.betas=[0.9, 0.99]"`` -> ``("optimizer.betas", [0.9, 0.99])``."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} is not of the form dotted.key=value")
+    try:
+        parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"cannot parse the value of override {text!r}: {error}", path=key) from None
+    return key, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Returns a copy of ``raw`` with each ``dotted.key=value`` set (intermediate mappings created)."""
+    result = _deep_copy(raw)
+    for text in overrides:
+        key, value = parse_override(text)
+        parts = key.split(".")
+        node = result
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str):
+                child = node[part] = {"name": child}  # the shorthand of a named section
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(f"cannot set {key}: {where} is a {type(child).__name__}, not a mapping", path=key)
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Reads, overrides and validates one config file."""
+    source = os.fspath(path)
+    raw = read_yaml(source)
+    try:
+        return config_from_dict(apply_overrides(raw, overrides))
+    except ConfigError as error:
+        raise error.with_source(source) from None
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> ExperimentConfig:
+    """Validates a plain mapping (already parsed YAML) into an :class:`ExperimentConfig`."""
+    return _build(ExperimentConfig, raw, "")
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _dataclass_of(annotation: Any) -> type | None:
+    """The dataclass inside ``X`` or ``X | None``, if any."""
+    candidates = typing.get_args(annotation) or (annotation,)
+    for candidate in candidates:
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    if issubclass(cls, NamedSection):
+        return _build_named(cls, raw, path)
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"expected a mapping, got {type(raw).__name__} ({raw!r})", path=path or None)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if not isinstance(key, str) or key not in fields:
+            raise unknown_key_error(path, str(key), fields)
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        key_path = _join(path, name)
+        if name not in raw:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise ConfigError("missing required key", path=key_path)
+            continue
+        value = raw[name]
+        nested = _dataclass_of(hints[name])
+        if nested is not None and not (value is None and type(None) in typing.get_args(hints[name])):
+            values[name] = _build(nested, value, key_path)
+        else:
+            values[name] = coerce(value, hints[name], key_path)
+    try:
+        return cls(**values)
+    except ConfigError as error:
+        raise ConfigError(error.message, path=_join(path, error.path or "")) from None
+
+
+def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
+    """Builds a section that names a class: ``{name: X, **X's keyword arguments}``."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"expected a mapping with a 'name' key, or a name, got {type(raw).__name__}", path=path)
+    section = cls.section
+    kind = registry.SECTIONS[section]
+    if "name" not in raw:
+        raise ConfigError(f"missing required key 'name' (the {kind} class name)", path=path)
+    name = raw["name"]
+    valid_names = registry.names(section)
+    if not isinstance(name, str) or name not in valid_names:
+        guess = suggest(str(name), valid_names)
+        hint = f"did you mean {guess!r}?" if guess else "choose one of: " + ", ".join(valid_names)
+        raise ConfigError(f"unknown {kind} {name!r}; {hint}", path=_join(path, "name"))
+    extra_fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("name", "kwargs")}
+    hints = typing.get_type_hints(cls)
+    params = registry.signature(section, name).params
+    kwargs: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "name":
+            continue
+        key_path = _join(path, str(key))
+        if key in extra_fields:
+            extras[key] = coerce(value, hints[key], key_path)
+        elif key in params:
+            kwargs[key] = _coerce_kwarg(section, params[key], value, key_path)
+        else:
+            raise unknown_key_error(path, str(key), [*params, *extra_fields, "name"])
+    for key, param in params.items():
+        if param.required and key not in kwargs:
+            raise ConfigError(f"missing required key (an argument of {name} without a default)", path=_join(path, key))
+    return cls(name=name, kwargs=kwargs, **extras)
+
+
+def _coerce_kwarg(section: str, param: registry.Param, value: Any, path: str) -> Any:
+    if section == "scheduler" and param.name == "schedulers":
+        # SequentialLR / ChainedScheduler take a list of schedulers: nested sections.
+        if not isinstance(value, list):
+            raise ConfigError(f"expected a list of scheduler sections, got {type(value).__name__}", path=path)
+        nested = [_build_named(SchedulerConfig, item, _join(path, str(i))) for i, item in enumerate(value)]
+        for i, item in enumerate(nested):
+            if "interval" in (value[i] if isinstance(value[i], dict) else {}):
+                raise ConfigError("interval is set on the outer scheduler only", path=_join(path, f"{i}.interval"))
+        return nested
+    return coerce(value, param.annotation, path)

@@ -1,0 +1,203 @@
+"""The typed schema of an experiment config.
+
+An experiment is one YAML mapping with the sections below. Sections that name
+a torch class (``optimizer``, ``scheduler``, ``train.loss``) hold its ``name``
+and exactly that class's keyword arguments, with torch's defaults::
+
+    name: lenet-digits
+    model: {name: LeNet, num_classes: 10}
+    data: {dataset: digits, batch_size: 64, shuffle: true}
+    optimizer: {name: SGD, lr: 0.05, momentum: 0.9}
+    scheduler: {name: StepLR, step_size: 2, gamma: 0.5, interval: epoch}
+    train: {epochs: 3, seed: 0, dtype: float32, loss: {name: CrossEntropyLoss}}
+    parallel: {world_size: 2, backend: auto, sync_bn: false, jax_mode: pmap}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Literal
+
+from parity.config import registry
+from parity.config.types import ConfigError
+
+
+def _require(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(message, path=key)
+
+__all__ = [
+    "NamedSection",
+    "DatasetConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "SchedulerConfig",
+    "LossConfig",
+    "DataConfig",
+    "ToleranceConfig",
+    "TrainConfig",
+    "ParallelConfig",
+    "ExperimentConfig",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedSection:
+    """A section naming a class (``name``) plus the keyword arguments given (``kwargs``).
+
+    In YAML a bare string is short for ``{name: <string>}``. ``kwargs`` holds
+    only what the config gave; :meth:`to_dict` adds the class's defaults.
+    """
+
+    section: ClassVar[str]
+    name: str
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def resolved_kwargs(self) -> dict[str, Any]:
+        """Every keyword argument of the named class: the given ones, then its defaults."""
+        params = registry.signature(self.section, self.name).params
+        return {key: self.kwargs.get(key, param.default) for key, param in params.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **self.resolved_kwargs()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(NamedSection):
+    """``torch_ref.models.<name>(**kwargs)`` and ``jax_impl.models.<name>(**kwargs)``."""
+
+    section: ClassVar[str] = "model"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig(NamedSection):
+    """An offline data set: ``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic``."""
+
+    section: ClassVar[str] = "dataset"
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig(NamedSection):
+    """``torch.optim.<name>(params, **kwargs)`` and ``jax_impl.optim.<name.lower()>(**kwargs)``."""
+
+    section: ClassVar[str] = "optimizer"
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig(NamedSection):
+    """``torch.nn.<name>(**kwargs)`` and ``jax_impl.nn.<name>(**kwargs)``."""
+
+    section: ClassVar[str] = "loss"
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerConfig(NamedSection):
+    """``torch.optim.lr_scheduler.<name>(optimizer, **kwargs)``, stepped per ``interval``.
+
+    ``interval`` is ``"epoch"`` (``scheduler.step()`` after each epoch, torch's
+    documented habit) or ``"step"`` (after each optimizer step).
+    """
+
+    section: ClassVar[str] = "scheduler"
+
+    interval: Literal["epoch", "step"] = "epoch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "interval": self.interval}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """The data set and how both loaders batch it.
+
+    ``val_fraction`` of the data set is held out for evaluation, split with
+    ``split_seed``; both loaders shuffle with ``train.seed``.
+    """
+
+    dataset: DatasetConfig = dataclasses.field(default_factory=lambda: DatasetConfig("digits"))
+    batch_size: int = 64
+    eval_batch_size: int | None = None
+    shuffle: bool = True
+    drop_last: bool = False
+    num_workers: int = 0
+    val_fraction: float = 0.2
+    split_seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(self.eval_batch_size is None or self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1")
+        _require(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+        _require(0.0 <= self.val_fraction < 1.0, "val_fraction", f"must be in [0, 1), got {self.val_fraction}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToleranceConfig:
+    """Divergence allowed between the two sides (``parity.compare`` semantics)."""
+
+    rtol: float = 1e-4
+    atol: float = 1e-6
+    max_ulp: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("rtol", "atol"):
+            _require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
+        _require(self.max_ulp is None or self.max_ulp >= 0, "max_ulp", f"must be >= 0, got {self.max_ulp}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The training loop both frameworks run."""
+
+    epochs: int = 3
+    seed: int = 0
+    dtype: Literal["float32", "float64"] = "float32"
+    max_steps: int | None = None
+    loss: LossConfig = dataclasses.field(default_factory=lambda: LossConfig("CrossEntropyLoss"))
+    tolerance: ToleranceConfig = dataclasses.field(default_factory=ToleranceConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        _require(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelConfig:
+    """Data parallelism: torch DDP with ``world_size`` ranks, JAX with as many devices."""
+
+    world_size: int = 1
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    sync_bn: bool = False
+    jax_mode: Literal["pmap", "sharded"] = "pmap"
+
+    def __post_init__(self) -> None:
+        _require(self.world_size >= 1, "world_size", f"must be >= 1, got {self.world_size}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """One experiment, run identically by torch and JAX."""
+
+    model: ModelConfig
+    optimizer: OptimizerConfig
+    name: str = "experiment"
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    scheduler: SchedulerConfig | None = None
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    parallel: ParallelConfig | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain YAML-able data (every default filled in)."""
+        order = ("name", "model", "data", "optimizer", "scheduler", "train", "parallel")
+        return {key: _plain(getattr(self, key)) for key in order}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, NamedSection):
+        return {k: _plain(v) for k, v in value.to_dict().items()}
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,99 @@
+"""Fix the numerics of both frameworks for a parity comparison.
+
+``strict_numerics()`` is one context manager that makes torch and JAX compute
+what a parity test compares, and restores every setting it touched on exit:
+
+- JAX: ``jax_default_matmul_precision = "highest"`` (no bf16/TF32 passes in
+  float32 dots and convolutions); optionally ``jax_enable_x64`` for float64 runs.
+- torch: TF32 off for matmul and cuDNN, ``set_float32_matmul_precision("highest")``,
+  ``use_deterministic_algorithms(True)`` and ``cudnn.deterministic``, with
+  ``CUBLAS_WORKSPACE_CONFIG`` set as torch requires for deterministic cuBLAS.
+- Seeds: Python's ``random``, NumPy's global RNG and ``torch.manual_seed``.
+
+torch is optional: without it only the JAX and Python/NumPy settings apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["strict_numerics", "seed_everything"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python's ``random``, NumPy's global RNG and torch (if installed)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch = _torch_or_none()
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _torch_or_none() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+@contextlib.contextmanager
+def strict_numerics(seed: int | None = 0, *, x64: bool | None = None) -> Iterator[None]:
+    """Context manager: parity numerics on entry, previous settings on exit.
+
+    Args:
+      seed: seeds Python, NumPy and torch on entry (``None`` leaves them alone).
+        The RNG states are not restored on exit.
+      x64: if not ``None``, sets ``jax_enable_x64`` for the duration (needed for
+        float64 comparisons; ``None`` leaves it as it is).
+    """
+    import jax
+
+    saved_jax = {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
+    jax.config.update("jax_default_matmul_precision", "highest")
+    if x64 is not None:
+        saved_jax["jax_enable_x64"] = jax.config.jax_enable_x64
+        jax.config.update("jax_enable_x64", x64)
+
+    torch = _torch_or_none()
+    saved_torch: dict[str, Any] = {}
+    saved_env = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if torch is not None:
+        saved_torch = {
+            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        }
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.set_float32_matmul_precision("highest")
+        torch.use_deterministic_algorithms(True)
+    if seed is not None:
+        seed_everything(seed)
+    try:
+        yield
+    finally:
+        for name, value in saved_jax.items():
+            jax.config.update(name, value)
+        if torch is not None:
+            torch.backends.cuda.matmul.allow_tf32 = saved_torch["matmul_tf32"]
+            torch.backends.cudnn.allow_tf32 = saved_torch["cudnn_tf32"]
+            torch.backends.cudnn.deterministic = saved_torch["cudnn_deterministic"]
+            torch.backends.cudnn.benchmark = saved_torch["cudnn_benchmark"]
+            torch.set_float32_matmul_precision(saved_torch["matmul_precision"])
+            torch.use_deterministic_algorithms(saved_torch["deterministic"], warn_only=saved_torch["deterministic_warn_only"])
+            if saved_env is None:
+                os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
