@@ -111,7 +111,8 @@ def _flatten_jax(obj: Any, prefix: str, out: dict[str, np.ndarray]) -> None:
         if isinstance(obj, nnx.Module):
             obj = nnx.state(obj)
         if isinstance(obj, nnx.State):
-            _flatten_into(obj.to_pure_dict(), prefix, out)
+            to_pure_dict = getattr(nnx, "to_pure_dict", None)  # flax >= 0.12; State.to_pure_dict before
+            _flatten_into(to_pure_dict(obj) if to_pure_dict else obj.to_pure_dict(), prefix, out)
             return
         if isinstance(obj, nnx.Variable):
             _flatten_into(obj.value, prefix, out)

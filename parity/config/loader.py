@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,6 +41,21 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# PyYAML follows YAML 1.1, where `1e-3` (no dot) is a *string*; every
+# researcher writes `lr: 1e-3`. Resolve YAML 1.2 floats as floats.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -151,6 +167,10 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         value = raw[name]
         nested = _dataclass_of(hints[name])
         if nested is not None and not (value is None and type(None) in typing.get_args(hints[name])):
+            if issubclass(nested, NamedSection) and isinstance(value, Mapping) and "name" not in value:
+                default = _default_of(field)
+                if default is not None:  # e.g. `train.loss.label_smoothing=0.1` keeps the default loss
+                    value = {"name": default.name, **value}
             values[name] = _build(nested, value, key_path)
         else:
             values[name] = coerce(value, hints[name], key_path)
@@ -158,6 +178,14 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         return cls(**values)
     except ConfigError as error:
         raise ConfigError(error.message, path=_join(path, error.path or "")) from None
+
+
+def _default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
 
 
 def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:

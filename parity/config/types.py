@@ -75,6 +75,8 @@ def type_name(annotation: Any) -> str:
         return " | ".join(repr(a) for a in args)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(type_name(a) for a in args)
+    if isinstance(annotation, list):  # the argument list of Callable[[int], float]
+        return "[" + ", ".join(type_name(a) for a in annotation) + "]"
     if origin is not None:
         inner = ", ".join("..." if a is Ellipsis else type_name(a) for a in args)
         return f"{getattr(origin, '__name__', str(origin))}[{inner}]"

@@ -1,0 +1,76 @@
+"""The `parity` CLI as a user runs it: console script and `python -m parity`, exit codes, no writes on bad input."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from parity.cli import default_config_path, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "parity", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=120)
+
+
+def test_help_lists_config_command():
+    result = run("--help")
+    assert result.returncode == 0
+    assert "config" in result.stdout
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "parity"
+    assert script.exists(), "the `parity` console script is not installed in this environment"
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "parity" in result.stdout
+
+
+def test_validate_shipped_configs():
+    files = sorted(str(p) for p in (ROOT / "configs").glob("*.yaml"))
+    result = run("config", "validate", *files)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ok: ") == len(files)
+
+
+def test_show_default_and_overrides(capsys):
+    assert main(["config", "show", "optimizer.lr=0.2", "train.epochs=9"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["optimizer"]["lr"] == 0.2 and shown["train"]["epochs"] == 9
+    assert shown["optimizer"]["name"] == "SGD" and shown["optimizer"]["dampening"] == 0  # torch's default filled in
+    assert default_config_path().exists()
+
+
+def test_misspelled_key_exits_2_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: LeNet\noptimizer: {name: Adam, betas1: [0.9, 0.99]}\n")
+    before = set(os.listdir(tmp_path))
+    result = run("config", "show", str(bad), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "optimizer.betas1: unknown key; did you mean optimizer.betas?" in result.stderr
+    assert result.stdout == ""
+    assert set(os.listdir(tmp_path)) == before
+    result = run("config", "validate", str(default_config_path()), str(bad), cwd=tmp_path)
+    assert result.returncode == 2 and str(bad) in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["config", "show", "missing.yaml"], "no such config file: missing.yaml"),
+        (["config", "show", "train.epochs=zero"], "train.epochs: expected int, got str ('zero')"),
+        (["config", "validate", "missing.yaml"], "no such config file: missing.yaml"),
+    ],
+)
+def test_bad_input_exit_codes(args, message, capsys):
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2():
+    assert run("nonsense").returncode == 2
+    assert run("config").returncode == 2
