@@ -1,0 +1,47 @@
+"""torch.optim reimplemented as optax transformations with torch's exact arithmetic.
+
+Each function takes exactly the keyword arguments of the torch class of the
+same name (lower-cased), with torch's defaults, and returns an
+:class:`~jax_impl.optim._base.TorchTransformation` (an
+``optax.GradientTransformationExtraArgs`` with an exact ``step`` method).
+"""
+
+from jax_impl.optim._base import TorchTransformation, is_host_schedule
+from jax_impl.optim.adadelta import AdadeltaState, adadelta
+from jax_impl.optim.adagrad import AdagradState, adagrad
+from jax_impl.optim.adam import AdamState, adam, adamw
+from jax_impl.optim.adamax import AdamaxState, adamax
+from jax_impl.optim.asgd import ASGDState, asgd
+from jax_impl.optim.lbfgs import lbfgs
+from jax_impl.optim.nadam import NAdamState, nadam
+from jax_impl.optim.radam import RAdamState, radam
+from jax_impl.optim.rmsprop import RMSpropState, rmsprop
+from jax_impl.optim.rprop import RpropState, rprop
+from jax_impl.optim.sgd import SGDState, sgd
+
+__all__ = [
+    "ASGDState",
+    "AdadeltaState",
+    "AdagradState",
+    "AdamState",
+    "AdamaxState",
+    "NAdamState",
+    "RAdamState",
+    "RMSpropState",
+    "RpropState",
+    "SGDState",
+    "TorchTransformation",
+    "adadelta",
+    "adagrad",
+    "adam",
+    "adamax",
+    "adamw",
+    "asgd",
+    "is_host_schedule",
+    "lbfgs",
+    "nadam",
+    "radam",
+    "rmsprop",
+    "rprop",
+    "sgd",
+]

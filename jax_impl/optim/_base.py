@@ -1,0 +1,215 @@
+"""The machinery every torch optimizer here is built from.
+
+A torch optimizer step is (1) scalar hyper-maths in Python float64 on the
+host (bias corrections, step sizes, ``1 - beta``), rounded to the parameter
+dtype only when a kernel receives them, and (2) a sequence of elementwise
+kernels per parameter. :func:`torch_optimizer` assembles both halves into an
+``optax.GradientTransformation``:
+
+- ``host_scalars(step, hyper, scalar_state)`` runs in Python with torch's
+  exact float64 expressions. Under ``jax.jit`` it runs through
+  ``jax.pure_callback``; eagerly it is called directly. Its inputs are the
+  step number, the hyperparameters (floats, or schedules evaluated at the
+  current count) and any float32 scalar state torch keeps as tensors (NAdam's
+  ``mu_product``, ASGD's ``eta`` and ``mu``).
+- ``update_leaf(ops, c, step, grad, param, *state)`` is one parameter's
+  kernel sequence, written with :class:`~jax_impl.optim._ops.TorchOps`. It
+  returns the new parameter (computed in place, as torch does) and the new
+  per-parameter state. The whole tree's step is compiled with ``jax.jit`` so
+  that the rounding emulation holds with and without an outer ``jit``.
+
+Besides ``init``/``update``, the returned transformation has a ``step(grads,
+state, params) -> (params, state)`` method that returns torch's new
+parameters directly. ``update`` returns ``new_params - params``;
+``optax.apply_updates`` adds that back, which reproduces torch's parameter
+bit for bit except where the subtraction is inexact (a parameter crossing
+zero or changing by more than a factor of two in one step). Use ``step`` for
+exact parity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jax_impl.optim._ops import TorchOps, runtime_zero
+
+__all__ = [
+    "Hyperparameter",
+    "TorchTransformation",
+    "torch_optimizer",
+    "is_host_schedule",
+    "check_torch_only_flags",
+]
+
+Hyperparameter = float | Callable[[Any], Any]
+
+
+class HostSchedule(Protocol):
+    """A schedule evaluated on the host in Python float64: ``schedule(k: int) -> float``.
+
+    Marked by a true ``is_host_schedule`` attribute (jax_impl's LR schedulers
+    are). Any other callable is traced with the step count as optax does.
+    """
+
+    is_host_schedule: bool
+
+    def __call__(self, count: int) -> float: ...
+
+
+def is_host_schedule(value: Any) -> bool:
+    return callable(value) and bool(getattr(value, "is_host_schedule", False))
+
+
+class TorchTransformation(optax.GradientTransformationExtraArgs):
+    """An ``optax.GradientTransformationExtraArgs`` with torch's exact in-place ``step``.
+
+    ``tx.step(grads, state, params)`` returns ``(new_params, new_state)``
+    exactly as torch's ``optimizer.step()`` leaves them.
+    """
+
+    def step(self, grads: Any, state: Any, params: Any) -> tuple[Any, Any]:
+        return self.__dict__["_step"](grads, state, params)
+
+
+def check_torch_only_flags(**flags: Any) -> None:
+    """Rejects torch execution-path flags that change the arithmetic (foreach/fused/...)."""
+    for name, value in flags.items():
+        if value:
+            raise NotImplementedError(
+                f"{name}={value!r}: only torch's default single-tensor CPU path is reproduced "
+                f"(foreach/fused/capturable/differentiable change torch's operation order)"
+            )
+
+
+def _scalar_dtype() -> np.dtype:
+    """The dtype host scalars travel in: float64 when JAX has x64, else float32."""
+    return np.dtype(np.float64) if jax.config.jax_enable_x64 else np.dtype(np.float32)
+
+
+def torch_optimizer(
+    *,
+    state_cls: type,
+    hyper: Mapping[str, Hyperparameter],
+    host_scalars: Callable[[int, dict[str, float], dict[str, np.ndarray]], tuple[dict[str, float], dict[str, Any]]],
+    init_leaf: Callable[[jax.Array], tuple[jax.Array, ...]],
+    update_leaf: Callable[..., tuple[jax.Array, ...]],
+    leaf_state_names: Sequence[str],
+    scalar_state: Mapping[str, float] | None = None,
+    step_dependent: bool = True,
+) -> TorchTransformation:
+    """Builds an optimizer from its host scalar maths and its per-parameter kernel.
+
+    Args:
+      state_cls: a NamedTuple with fields ``count``, then ``leaf_state_names``
+        (each a tree like params), then the ``scalar_state`` names.
+      hyper: hyperparameters that may be schedules (``lr``, ``momentum``, betas...).
+      host_scalars: ``(step, hyper_values, scalar_state) -> (scalars, new_scalar_state)``,
+        torch's float64 scalar maths; ``step`` is torch's 1-based step.
+      init_leaf: per-parameter initial state, one array per ``leaf_state_names``.
+      update_leaf: ``(ops, c, step, grad, param, *leaf_state) -> (new_param, *new_leaf_state)``;
+        ``c`` maps the scalar names to arrays of the parameter's dtype.
+      leaf_state_names: names of the per-parameter state trees.
+      scalar_state: float32 scalars torch keeps as tensors, with initial values.
+      step_dependent: whether ``host_scalars`` depends on the step; if not, and
+        no hyperparameter is a schedule, the scalars are computed once.
+    """
+    scalar_state = dict(scalar_state or {})
+    host_names = [k for k, v in hyper.items() if is_host_schedule(v)]
+    traced_names = [k for k, v in hyper.items() if callable(v) and not is_host_schedule(v)]
+    constant_hyper = {k: float(v) for k, v in hyper.items() if not callable(v)}
+    needs_host = step_dependent or bool(host_names) or bool(traced_names) or bool(scalar_state)
+    scalar_names: list[str] | None = None
+
+    def evaluate_host(count: int, traced_values: Sequence[float], sstate: Sequence[np.ndarray]):
+        values = dict(constant_hyper)
+        values.update({k: float(hyper[k](count)) for k in host_names})
+        values.update({k: float(v) for k, v in zip(traced_names, traced_values)})
+        old = {k: np.float32(v) for k, v in zip(scalar_state, sstate)}
+        scalars, new = host_scalars(count + 1, values, old)
+        return scalars, [np.float32(new[k]) for k in scalar_state]
+
+    # Discover the scalar names once (their order fixes the callback's output layout).
+    probe, _ = evaluate_host(0, [0.0] * len(traced_names), [np.float32(v) for v in scalar_state.values()])
+    scalar_names = list(probe)
+    constant_scalars = None if needs_host else np.array([probe[k] for k in scalar_names], dtype=np.float64)
+
+    def host_callback(count, traced_values, sstate):
+        scalars, new = evaluate_host(int(count), [float(v) for v in traced_values], [np.float32(v) for v in sstate])
+        dtype = _scalar_dtype()
+        return np.array([scalars[k] for k in scalar_names], dtype=dtype), tuple(np.float32(v) for v in new)
+
+    def compute_scalars(count: jax.Array, sstate: tuple[jax.Array, ...]):
+        dtype = _scalar_dtype()
+        if constant_scalars is not None:
+            return jnp.asarray(constant_scalars.astype(dtype)), sstate
+        traced_values = tuple(jnp.asarray(hyper[k](count), dtype) for k in traced_names)
+        if not isinstance(count, jax.core.Tracer) and not any(isinstance(v, jax.core.Tracer) for v in (*traced_values, *sstate)):
+            vector, new = host_callback(count, traced_values, sstate)
+            return jnp.asarray(vector), tuple(jnp.asarray(v) for v in new)
+        shapes = (
+            jax.ShapeDtypeStruct((len(scalar_names),), dtype),
+            tuple(jax.ShapeDtypeStruct((), jnp.float32) for _ in scalar_state),
+        )
+        return jax.pure_callback(host_callback, shapes, count, traced_values, sstate, vmap_method="broadcast_all")
+
+    n_leaf = len(leaf_state_names)
+
+    def init(params: Any) -> Any:
+        treedef = jax.tree.structure(params)
+        per_leaf = treedef.flatten_up_to(jax.tree.map(lambda p: tuple(init_leaf(jnp.asarray(p))), params))
+        leaves = _unzip(treedef, per_leaf, 0, n_leaf)
+        sstate = [jnp.asarray(v, jnp.float32) for v in scalar_state.values()]
+        return state_cls(jnp.zeros((), jnp.int32), *leaves, *sstate)
+
+    @jax.jit
+    def kernel(grads, params, leaf_states, vector, count):
+        ops = TorchOps(runtime_zero(count))
+        step = count + 1
+
+        def one(g, p, *s):
+            _check_leaf(g, p)
+            c = {k: vector[i].astype(p.dtype) for i, k in enumerate(scalar_names)}
+            out = update_leaf(ops, c, step, g.astype(p.dtype), p, *s)
+            return tuple(out)
+
+        treedef = jax.tree.structure(params)
+        flat = treedef.flatten_up_to(jax.tree.map(one, grads, params, *leaf_states))
+        new_params, *new_leaf_states = _unzip(treedef, flat, 0, 1 + n_leaf)
+        return new_params, tuple(new_leaf_states)
+
+    def step_fn(grads: Any, state: Any, params: Any) -> tuple[Any, Any]:
+        if params is None:
+            raise ValueError("torch optimizers update parameters in place: pass params to update()")
+        count = state[0]
+        leaf_states = tuple(state[1 : 1 + n_leaf])
+        sstate = tuple(state[1 + n_leaf :])
+        vector, new_sstate = compute_scalars(count, sstate)
+        new_params, new_leaf_states = kernel(grads, params, leaf_states, vector, count)
+        return new_params, state_cls(count + 1, *new_leaf_states, *new_sstate)
+
+    def update(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
+        del extra_args
+        new_params, new_state = step_fn(updates, state, params)
+        return jax.tree.map(lambda n, p: n - p, new_params, params), new_state
+
+    tx = TorchTransformation(init, update)
+    tx.__dict__["_step"] = step_fn
+    return tx
+
+
+def _unzip(treedef: Any, flat: list[tuple[Any, ...]], start: int, stop: int) -> list[Any]:
+    """Per-leaf tuples -> one tree per tuple position in ``range(start, stop)``."""
+    return [treedef.unflatten([item[i] for item in flat]) for i in range(start, stop)]
+
+
+def _check_leaf(grad: jax.Array, param: jax.Array) -> None:
+    if jnp.iscomplexobj(param) or jnp.iscomplexobj(grad):
+        raise NotImplementedError("complex parameters are not supported by jax_impl.optim")
+    if grad.shape != param.shape:
+        raise ValueError(f"gradient shape {grad.shape} does not match parameter shape {param.shape}")

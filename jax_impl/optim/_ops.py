@@ -1,0 +1,131 @@
+"""torch's CPU elementwise kernels, rounding for rounding, on XLA.
+
+torch's optimizers are sequences of in-place kernels (``add_``, ``mul_``,
+``lerp_``, ``addcmul_``, ``addcdiv_``, ``sqrt``, ``div``), each rounding its
+result once. XLA fuses a whole update into one loop and lets LLVM contract
+``a * b + c`` into a fused multiply-add, so a literal transcription rounds
+differently. This module spells each torch kernel so that XLA computes
+exactly torch's roundings (see shared/REFERENCE-optim.md section 0):
+
+- ``a.add(b, alpha=s)`` is ``fma(s, b, a)`` in torch's vectorised CPU kernel;
+  ``a + s * b`` under XLA contracts to the same FMA.
+- ``a.mul(s)`` rounds on its own. When the product feeds an addition XLA
+  would fuse it into an FMA; :meth:`TorchOps.mul` hides the product behind an
+  integer XOR with a zero that only exists at run time, which LLVM cannot
+  see through, so the product is rounded first.
+- ``a.lerp(b, w)`` with a scalar weight is ``fma(w, b - a, a)`` when
+  ``|w| < 0.5`` and ``fma(w - 1, b - a, b)`` otherwise (ATen's Lerp.h).
+- ``a.addcmul(t1, t2, value=v)`` is ``fma(v * t1, t2, a)`` in torch's build.
+- ``a.addcdiv(t1, t2, value=v)`` is ``a + (v * t1) / t2``, three roundings.
+- ``t / scalar`` is an IEEE division in torch. XLA on CPU turns division by a
+  loop-invariant scalar into multiplication by its reciprocal (about 1 in 3
+  float32 quotients off by 1 ULP), so :meth:`TorchOps.div_scalar` computes the
+  reciprocal product and one Markstein correction with FMAs, which yields the
+  correctly rounded quotient.
+- ``t.sqrt()``: see :func:`torch_sqrt`.
+
+All of this only holds inside a ``jax.jit``-compiled function (eagerly, every
+op rounds on its own and nothing contracts); the optimizers compile their
+per-step kernel, so jit and non-jit agree.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["TorchOps", "runtime_zero", "torch_sqrt"]
+
+_INT_OF_WIDTH = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
+
+
+def runtime_zero(count: jax.Array) -> jax.Array:
+    """An int32 zero that XLA and LLVM cannot constant-fold: ``count >> 31`` for count >= 0."""
+    return lax.shift_right_arithmetic(count.astype(jnp.int32), jnp.int32(31))
+
+
+def torch_sqrt(x: jax.Array) -> jax.Array:
+    """torch's CPU ``sqrt``.
+
+    torch on x86 CPUs calls MKL's VML ``vsSqrt`` in high-accuracy mode, which is
+    not correctly rounded (about 20% of float32 results are 1 ULP away from
+    IEEE sqrt). IEEE sqrt is the honest approximation: every result is within
+    1 ULP of torch's.
+    """
+    return jnp.sqrt(x)
+
+
+class TorchOps:
+    """torch's elementwise kernels for one compiled update.
+
+    Args:
+      zero: a run-time int32 zero (:func:`runtime_zero`), the key that keeps
+        separately rounded products from being contracted into FMAs.
+    """
+
+    def __init__(self, zero: jax.Array) -> None:
+        self._zero = zero
+
+    def rounded(self, x: jax.Array) -> jax.Array:
+        """``x`` unchanged, but opaque to FMA contraction (its rounding is kept)."""
+        itype = _INT_OF_WIDTH[jnp.dtype(x.dtype).itemsize]
+        bits = lax.bitcast_convert_type(x, itype)
+        return lax.bitcast_convert_type(bits ^ self._zero.astype(itype), x.dtype)
+
+    def mul(self, a: jax.Array, s: jax.Array) -> jax.Array:
+        """``a.mul(s)``: one rounding, never fused into a following add."""
+        return self.rounded(a * s)
+
+    @staticmethod
+    def add(a: jax.Array, b: jax.Array, alpha: jax.Array | float = 1.0) -> jax.Array:
+        """``a.add(b, alpha=alpha)`` = ``fma(alpha, b, a)``."""
+        if isinstance(alpha, float) and alpha == 1.0:
+            return a + b
+        return a + alpha * b
+
+    @staticmethod
+    def lerp(a: jax.Array, b: jax.Array, w: jax.Array) -> jax.Array:
+        """``a.lerp(b, w)`` for a scalar weight, ATen's two FMA branches."""
+        diff = b - a
+        return jnp.where(jnp.abs(w) < 0.5, a + w * diff, b + (w - 1) * diff)
+
+    @staticmethod
+    def addcmul(a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:
+        """``a.addcmul(t1, t2, value=v)`` = ``fma(v * t1, t2, a)``."""
+        if isinstance(value, float) and value == 1.0:
+            return a + t1 * t2
+        return a + (value * t1) * t2
+
+    @staticmethod
+    def addcdiv(a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:
+        """``a.addcdiv(t1, t2, value=v)`` = ``a + (v * t1) / t2``."""
+        if isinstance(value, float) and value == 1.0:
+            return a + t1 / t2
+        return a + (value * t1) / t2
+
+    @staticmethod
+    def div_scalar(a: jax.Array, s: jax.Array) -> jax.Array:
+        """``a / s`` for a scalar ``s``, correctly rounded (IEEE, as torch's CPU kernel).
+
+        ``q = a * (1/s)`` is within an ULP; the residual ``a - q * s`` is exact
+        as an FMA, and ``q + residual * (1/s)`` (another FMA) rounds to the
+        correctly rounded quotient (Markstein's theorem).
+        """
+        reciprocal = 1 / s
+        quotient = a * reciprocal
+        residual = a - quotient * s
+        return quotient + residual * reciprocal
+
+    def reciprocal(self, a: jax.Array) -> jax.Array:
+        """``a.reciprocal()``: an IEEE ``1 / a``, kept rounded (XLA may not fold it into a later product)."""
+        return self.rounded(1 / a)
+
+    @staticmethod
+    def sqrt(a: jax.Array) -> jax.Array:
+        return torch_sqrt(a)
+
+    @staticmethod
+    def maximum(a: jax.Array, b: jax.Array) -> jax.Array:
+        """``torch.maximum``: NaN-propagating, like ``jnp.maximum``."""
+        return jnp.maximum(a, b)

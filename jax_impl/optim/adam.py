@@ -1,0 +1,144 @@
+"""``torch.optim.Adam`` and ``torch.optim.AdamW``."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._validation import check_beta, check_non_negative
+
+__all__ = ["adam", "adamw", "AdamState"]
+
+
+class AdamState(NamedTuple):
+    count: jax.Array
+    exp_avg: Any
+    exp_avg_sq: Any
+    max_exp_avg_sq: Any
+
+
+def adam(
+    lr: Hyperparameter = 1e-3,
+    betas: tuple[Hyperparameter, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    amsgrad: bool = False,
+    *,
+    foreach: bool | None = None,
+    maximize: bool = False,
+    capturable: bool = False,
+    differentiable: bool = False,
+    fused: bool | None = None,
+    decoupled_weight_decay: bool = False,
+) -> TorchTransformation:
+    r"""``torch.optim.Adam``, step for step as torch's single-tensor CPU path.
+
+    .. math::
+        g &\leftarrow g + \lambda p \quad (\text{or } p \leftarrow p(1 - \gamma\lambda) \text{ if decoupled}) \\
+        m &\leftarrow \operatorname{lerp}(m, g, 1-\beta_1), \qquad
+        v \leftarrow \beta_2 v + (1-\beta_2) g^2 \\
+        \hat v &= \max(\hat v_{t-1}, v) \text{ if amsgrad (the raw } v\text{), else } v \\
+        p &\leftarrow p - \frac{\gamma}{1-\beta_1^t}\, \frac{m}{\sqrt{\hat v}/\sqrt{1-\beta_2^t} + \epsilon}
+
+    ``1 - β^t``, ``γ / (1 - β1^t)`` and ``sqrt(1 - β2^t)`` are float64 host
+    scalars, rounded to the parameter dtype as torch's kernels round them.
+    torch's CPU sqrt (MKL VML) is not correctly rounded, so float32 results
+    agree to about 1 ULP per step rather than bit for bit.
+
+    Args:
+      lr: learning rate γ (float or schedule).
+      betas: (β1, β2); β1 may be a schedule (OneCycleLR's momentum cycling).
+      eps: ε, added after the square root.
+      weight_decay: λ; coupled L2 unless ``decoupled_weight_decay``.
+      amsgrad: keep the running maximum of the raw ``v``.
+      maximize: ascend instead of descend.
+      decoupled_weight_decay: AdamW's decay ``p ← p(1 - γλ)`` before the step.
+      foreach, capturable, differentiable, fused: torch execution-path flags;
+        only the default is reproduced.
+    """
+    beta1, beta2 = betas
+    check_non_negative(lr, "Invalid learning rate: {}")
+    check_non_negative(eps, "Invalid epsilon value: {}")
+    check_beta(beta1, 0)
+    check_beta(beta2, 1)
+    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused)
+
+    def host_scalars(step, h, sstate):
+        lr_, b1, b2 = h["lr"], h["beta1"], h["beta2"]
+        t = float(step)  # torch reads its float32 step tensor with .item()
+        bias_correction1 = 1 - b1**t
+        bias_correction2 = 1 - b2**t
+        return {
+            "decay": 1 - lr_ * h["weight_decay"],
+            "weight_decay": h["weight_decay"],
+            "one_minus_beta1": 1 - b1,
+            "beta2": b2,
+            "one_minus_beta2": 1 - b2,
+            "bias_correction2_sqrt": bias_correction2**0.5,
+            "eps": h["eps"],
+            "neg_step_size": -(lr_ / bias_correction1),
+        }, {}
+
+    def init_leaf(p):
+        zeros = jnp.zeros_like(p)
+        return zeros, zeros, zeros if amsgrad else jnp.zeros((0,), p.dtype)
+
+    def update_leaf(ops, c, step, g, p, m, v, v_max):
+        if maximize:
+            g = -g
+        if weight_decay != 0:
+            if decoupled_weight_decay:
+                p = ops.mul(p, c["decay"])
+            else:
+                g = ops.add(g, p, alpha=c["weight_decay"])
+        m = ops.lerp(m, g, c["one_minus_beta1"])
+        v = ops.addcmul(ops.mul(v, c["beta2"]), g, g, value=c["one_minus_beta2"])
+        if amsgrad:
+            v_max = ops.maximum(v_max, v)
+        denom = ops.div_scalar(ops.sqrt(v_max if amsgrad else v), c["bias_correction2_sqrt"]) + c["eps"]
+        return ops.addcdiv(p, m, denom, value=c["neg_step_size"]), m, v, v_max
+
+    return torch_optimizer(
+        state_cls=AdamState,
+        hyper={"lr": lr, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay},
+        host_scalars=host_scalars,
+        init_leaf=init_leaf,
+        update_leaf=update_leaf,
+        leaf_state_names=("exp_avg", "exp_avg_sq", "max_exp_avg_sq"),
+    )
+
+
+def adamw(
+    lr: Hyperparameter = 1e-3,
+    betas: tuple[Hyperparameter, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 1e-2,
+    amsgrad: bool = False,
+    *,
+    maximize: bool = False,
+    foreach: bool | None = None,
+    capturable: bool = False,
+    differentiable: bool = False,
+    fused: bool | None = None,
+) -> TorchTransformation:
+    """``torch.optim.AdamW``: :func:`adam` with ``decoupled_weight_decay=True`` and weight_decay 1e-2.
+
+    ``p ← p (1 - γλ)`` (one float64 host scalar, one rounding) before Adam's step.
+    """
+    return adam(
+        lr,
+        betas,
+        eps,
+        weight_decay,
+        amsgrad,
+        foreach=foreach,
+        maximize=maximize,
+        capturable=capturable,
+        differentiable=differentiable,
+        fused=fused,
+        decoupled_weight_decay=True,
+    )

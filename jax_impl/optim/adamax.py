@@ -1,0 +1,79 @@
+"""``torch.optim.Adamax``: Adam with the infinity norm."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._validation import check_beta, check_non_negative
+
+__all__ = ["adamax", "AdamaxState"]
+
+
+class AdamaxState(NamedTuple):
+    count: jax.Array
+    exp_avg: Any
+    exp_inf: Any
+
+
+def adamax(
+    lr: Hyperparameter = 2e-3,
+    betas: tuple[Hyperparameter, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    foreach: bool | None = None,
+    *,
+    maximize: bool = False,
+    differentiable: bool = False,
+    capturable: bool = False,
+) -> TorchTransformation:
+    r"""``torch.optim.Adamax``, step for step as torch's single-tensor CPU path.
+
+    .. math::
+        m \leftarrow \operatorname{lerp}(m, g, 1-\beta_1), \qquad
+        u \leftarrow \max(\beta_2 u, |g| + \epsilon), \qquad
+        p \leftarrow p - \frac{\gamma}{1-\beta_1^t}\,\frac{m}{u}
+
+    No square root: float32 results are bit-identical to torch's.
+    """
+    beta1, beta2 = betas
+    check_non_negative(lr, "Invalid learning rate: {}")
+    check_non_negative(eps, "Invalid epsilon value: {}")
+    check_beta(beta1, 0)
+    check_beta(beta2, 1)
+    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_torch_only_flags(foreach=foreach, differentiable=differentiable, capturable=capturable)
+
+    def host_scalars(step, h, sstate):
+        clr = h["lr"] / (1 - h["beta1"] ** float(step))
+        return {
+            "neg_clr": -clr,
+            "one_minus_beta1": 1 - h["beta1"],
+            "beta2": h["beta2"],
+            "eps": h["eps"],
+            "weight_decay": h["weight_decay"],
+        }, {}
+
+    def init_leaf(p):
+        return jnp.zeros_like(p), jnp.zeros_like(p)
+
+    def update_leaf(ops, c, step, g, p, exp_avg, exp_inf):
+        if maximize:
+            g = -g
+        if weight_decay != 0:
+            g = ops.add(g, p, alpha=c["weight_decay"])
+        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
+        exp_inf = ops.maximum(ops.mul(exp_inf, c["beta2"]), jnp.abs(g) + c["eps"])
+        return ops.addcdiv(p, exp_avg, exp_inf, value=c["neg_clr"]), exp_avg, exp_inf
+
+    return torch_optimizer(
+        state_cls=AdamaxState,
+        hyper={"lr": lr, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay},
+        host_scalars=host_scalars,
+        init_leaf=init_leaf,
+        update_leaf=update_leaf,
+        leaf_state_names=("exp_avg", "exp_inf"),
+    )

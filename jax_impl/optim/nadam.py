@@ -1,0 +1,109 @@
+"""``torch.optim.NAdam``: Adam with Nesterov momentum and torch's mu_t momentum-decay schedule."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._validation import check_beta, check_non_negative
+
+__all__ = ["nadam", "NAdamState"]
+
+
+class NAdamState(NamedTuple):
+    count: jax.Array
+    exp_avg: Any
+    exp_avg_sq: Any
+    mu_product: jax.Array
+
+
+def nadam(
+    lr: Hyperparameter = 2e-3,
+    betas: tuple[Hyperparameter, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    momentum_decay: float = 4e-3,
+    decoupled_weight_decay: bool = False,
+    *,
+    foreach: bool | None = None,
+    maximize: bool = False,
+    capturable: bool = False,
+    differentiable: bool = False,
+) -> TorchTransformation:
+    r"""``torch.optim.NAdam``, step for step as torch's single-tensor CPU path.
+
+    .. math::
+        \mu_t &= \beta_1 (1 - \tfrac12\, 0.96^{t\psi}), \qquad
+        \Pi_t = \Pi_{t-1}\mu_t \text{ (a float32 tensor in torch)} \\
+        m &\leftarrow \operatorname{lerp}(m, g, 1-\beta_1), \qquad v \leftarrow \beta_2 v + (1-\beta_2) g^2 \\
+        d &= \sqrt{v / (1-\beta_2^t)} + \epsilon \\
+        p &\leftarrow p - \gamma\frac{1-\mu_t}{1-\Pi_t}\frac{g}{d} - \gamma\frac{\mu_{t+1}}{1-\Pi_t\mu_{t+1}}\frac{m}{d}
+
+    This is torch's algorithm, not ``optax.nadam`` (which has no ``mu_t``
+    schedule). ``mu_product`` is rounded to float32 every step, as torch
+    keeps it in a float32 tensor.
+
+    Args:
+      momentum_decay: ψ.
+      decoupled_weight_decay: NAdamW-style ``p ← p(1 - γλ)``.
+    """
+    beta1, beta2 = betas
+    check_non_negative(lr, "Invalid learning rate: {}")
+    check_non_negative(eps, "Invalid epsilon value: {}")
+    check_beta(beta1, 0)
+    check_beta(beta2, 1)
+    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_non_negative(momentum_decay, "Invalid momentum_decay value: {}")
+    check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
+
+    def host_scalars(step, h, sstate):
+        lr_, b1, b2, psi = h["lr"], h["beta1"], h["beta2"], h["momentum_decay"]
+        t = float(step)
+        bias_correction2 = 1 - b2**t
+        mu = b1 * (1.0 - 0.5 * (0.96 ** (t * psi)))
+        mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * psi)))
+        mu_product = np.float32(sstate["mu_product"] * np.float32(mu))  # float32 tensor *= float
+        mu_product_next = float(mu_product) * mu_next
+        return {
+            "decay": 1 - lr_ * h["weight_decay"],
+            "weight_decay": h["weight_decay"],
+            "one_minus_beta1": 1 - b1,
+            "beta2": b2,
+            "one_minus_beta2": 1 - b2,
+            "bias_correction2": bias_correction2,
+            "eps": h["eps"],
+            "grad_coef": -lr_ * (1.0 - mu) / (1.0 - float(mu_product)),
+            "exp_avg_coef": (-lr_ * mu_next) / (1.0 - mu_product_next),
+        }, {"mu_product": mu_product}
+
+    def init_leaf(p):
+        return jnp.zeros_like(p), jnp.zeros_like(p)
+
+    def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
+        if maximize:
+            g = -g
+        if weight_decay != 0:
+            if decoupled_weight_decay:
+                p = ops.mul(p, c["decay"])
+            else:
+                g = ops.add(g, p, alpha=c["weight_decay"])
+        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
+        exp_avg_sq = ops.addcmul(ops.mul(exp_avg_sq, c["beta2"]), g, g, value=c["one_minus_beta2"])
+        denom = ops.sqrt(ops.div_scalar(exp_avg_sq, c["bias_correction2"])) + c["eps"]
+        p = ops.addcdiv(p, g, denom, value=c["grad_coef"])
+        p = ops.addcdiv(p, exp_avg, denom, value=c["exp_avg_coef"])
+        return p, exp_avg, exp_avg_sq
+
+    return torch_optimizer(
+        state_cls=NAdamState,
+        hyper={"lr": lr, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay, "momentum_decay": momentum_decay},
+        host_scalars=host_scalars,
+        init_leaf=init_leaf,
+        update_leaf=update_leaf,
+        leaf_state_names=("exp_avg", "exp_avg_sq"),
+        scalar_state={"mu_product": 1.0},
+    )

@@ -1,0 +1,104 @@
+"""``torch.optim.RAdam``: rectified Adam."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._validation import check_beta, check_non_negative
+
+__all__ = ["radam", "RAdamState"]
+
+
+class RAdamState(NamedTuple):
+    count: jax.Array
+    exp_avg: Any
+    exp_avg_sq: Any
+
+
+def radam(
+    lr: Hyperparameter = 1e-3,
+    betas: tuple[Hyperparameter, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    decoupled_weight_decay: bool = False,
+    *,
+    foreach: bool | None = None,
+    maximize: bool = False,
+    capturable: bool = False,
+    differentiable: bool = False,
+) -> TorchTransformation:
+    r"""``torch.optim.RAdam``, step for step as torch's single-tensor CPU path.
+
+    .. math::
+        \hat m &= m / (1-\beta_1^t), \qquad
+        \rho_\infty = \tfrac{2}{1-\beta_2} - 1, \qquad
+        \rho_t = \rho_\infty - \frac{2t\beta_2^t}{1-\beta_2^t} \\
+        p &\leftarrow p - \hat m\,\gamma\, \frac{\sqrt{1-\beta_2^t}}{\sqrt v + \epsilon}\, r_t
+        \ \text{ if } \rho_t > 5, \quad \text{else } p \leftarrow p - \hat m\,\gamma \\
+        r_t &= \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}}
+
+    torch's product order and its ``scalar / tensor`` (``reciprocal(t) *
+    scalar``, two roundings) are reproduced; the rectification test is torch's
+    strict ``rho_t > 5`` (optax uses ``>=``).
+    """
+    beta1, beta2 = betas
+    check_non_negative(lr, "Invalid learning rate: {}")
+    check_non_negative(eps, "Invalid epsilon value: {}")
+    check_beta(beta1, 0)
+    check_beta(beta2, 1)
+    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
+
+    def host_scalars(step, h, sstate):
+        lr_, b1, b2 = h["lr"], h["beta1"], h["beta2"]
+        t = float(step)
+        bias_correction1 = 1 - b1**t
+        bias_correction2 = 1 - b2**t
+        rho_inf = 2 / (1 - b2) - 1
+        rho_t = rho_inf - 2 * t * (b2**t) / bias_correction2
+        rectified = rho_t > 5.0
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5 if rectified else 0.0
+        return {
+            "decay": 1 - lr_ * h["weight_decay"],
+            "weight_decay": h["weight_decay"],
+            "one_minus_beta1": 1 - b1,
+            "beta2": b2,
+            "one_minus_beta2": 1 - b2,
+            "bias_correction1": bias_correction1,
+            "bias_correction2_sqrt": bias_correction2**0.5,
+            "lr": lr_,
+            "eps": h["eps"],
+            "rect": rect,
+            "rectified": 1.0 if rectified else 0.0,
+        }, {}
+
+    def init_leaf(p):
+        return jnp.zeros_like(p), jnp.zeros_like(p)
+
+    def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
+        if maximize:
+            g = -g
+        if weight_decay != 0:
+            if decoupled_weight_decay:
+                p = ops.mul(p, c["decay"])
+            else:
+                g = ops.add(g, p, alpha=c["weight_decay"])
+        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
+        exp_avg_sq = ops.addcmul(ops.mul(exp_avg_sq, c["beta2"]), g, g, value=c["one_minus_beta2"])
+        scaled = ops.mul(ops.div_scalar(exp_avg, c["bias_correction1"]), c["lr"])  # (m / bc1) * lr
+        adaptive_lr = ops.mul(ops.reciprocal(ops.sqrt(exp_avg_sq) + c["eps"]), c["bias_correction2_sqrt"])
+        rectified_step = ops.mul(ops.mul(scaled, adaptive_lr), c["rect"])
+        return p - jnp.where(c["rectified"] > 0, rectified_step, scaled), exp_avg, exp_avg_sq
+
+    return torch_optimizer(
+        state_cls=RAdamState,
+        hyper={"lr": lr, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay},
+        host_scalars=host_scalars,
+        init_leaf=init_leaf,
+        update_leaf=update_leaf,
+        leaf_state_names=("exp_avg", "exp_avg_sq"),
+    )

@@ -1,0 +1,79 @@
+"""``torch.optim.Rprop``: resilient backpropagation."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jax_impl.optim._base import TorchTransformation, check_torch_only_flags, torch_optimizer
+
+__all__ = ["rprop", "RpropState"]
+
+
+class RpropState(NamedTuple):
+    count: jax.Array
+    prev: Any
+    step_size: Any
+
+
+def rprop(
+    lr: float = 1e-2,
+    etas: tuple[float, float] = (0.5, 1.2),
+    step_sizes: tuple[float, float] = (1e-6, 50),
+    *,
+    capturable: bool = False,
+    foreach: bool | None = None,
+    maximize: bool = False,
+    differentiable: bool = False,
+) -> TorchTransformation:
+    r"""``torch.optim.Rprop``, step for step as torch's single-tensor CPU path.
+
+    .. math::
+        s &= \operatorname{sign}(g \cdot g_{prev}) \mapsto \eta_+ \ (>0),\ \eta_- \ (<0),\ 1 \ (=0) \\
+        \Delta &\leftarrow \operatorname{clamp}(\Delta s, \Delta_{min}, \Delta_{max}), \qquad
+        g \leftarrow 0 \text{ where } s = \eta_- \\
+        p &\leftarrow p - \operatorname{sign}(g)\,\Delta, \qquad g_{prev} \leftarrow g
+
+    Unlike ``optax.rprop`` the first step moves (``g_prev = 0`` gives factor 1)
+    and a first-step ``lr`` outside ``step_sizes`` is clamped. ``lr`` is the
+    initial step size Δ, so it cannot be a schedule.
+    """
+    etaminus, etaplus = etas
+    step_size_min, step_size_max = step_sizes
+    if callable(lr):
+        raise NotImplementedError("Rprop with an lr schedule: torch uses lr only as the initial step size")
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 < etaminus < 1.0 < etaplus:
+        raise ValueError(f"Invalid eta values: {etaminus}, {etaplus}")
+    check_torch_only_flags(capturable=capturable, foreach=foreach, differentiable=differentiable)
+
+    def host_scalars(step, h, sstate):
+        return {"etaminus": etaminus, "etaplus": etaplus, "step_size_min": step_size_min, "step_size_max": step_size_max}, {}
+
+    def init_leaf(p):
+        return jnp.zeros_like(p), jnp.full_like(p, lr)
+
+    def update_leaf(ops, c, step, g, p, prev, step_size):
+        if maximize:
+            g = -g
+        sign = jnp.sign(ops.mul(g, prev))
+        # torch assigns in this order: >0 -> etaplus, then <0 -> etaminus, then ==0 -> 1 (NaN stays NaN).
+        factor = jnp.where(sign > 0, c["etaplus"], sign)
+        factor = jnp.where(factor < 0, c["etaminus"], factor)
+        factor = jnp.where(factor == 0, jnp.ones_like(factor), factor)
+        step_size = jnp.clip(ops.mul(step_size, factor), c["step_size_min"], c["step_size_max"])
+        g = jnp.where(factor == c["etaminus"], jnp.zeros_like(g), g)
+        return p - jnp.sign(g) * step_size, g, step_size
+
+    return torch_optimizer(
+        state_cls=RpropState,
+        hyper={},
+        host_scalars=host_scalars,
+        init_leaf=init_leaf,
+        update_leaf=update_leaf,
+        leaf_state_names=("prev", "step_size"),
+        step_dependent=False,
+    )
