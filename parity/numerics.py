@@ -9,6 +9,9 @@ what a parity test compares, and restores every setting it touched on exit:
   ``use_deterministic_algorithms(True)`` and ``cudnn.deterministic``, with
   ``CUBLAS_WORKSPACE_CONFIG`` set as torch requires for deterministic cuBLAS.
 - Seeds: Python's ``random``, NumPy's global RNG and ``torch.manual_seed``.
+- The ``sqrt`` that ``jax_impl.optim`` emulates, probed from the installed
+  torch (:func:`match_torch_sqrt`): MKL's AVX-512 VML sqrt on such CPUs, IEEE
+  elsewhere.
 
 torch is optional: without it only the JAX and Python/NumPy settings apply.
 """
@@ -23,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["strict_numerics", "seed_everything"]
+__all__ = ["strict_numerics", "seed_everything", "match_torch_sqrt", "probe_torch_sqrt"]
 
 
 def seed_everything(seed: int) -> None:
@@ -43,8 +46,41 @@ def _torch_or_none() -> Any:
     return torch
 
 
+def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
+    """Which sqrt the installed torch computes on CPU: ``"ieee"``, ``"mkl-avx512"`` or ``None``.
+
+    Compares ``torch.sqrt`` on float32 values spread over [1, 4) (where MKL's
+    AVX-512 kernel differs from IEEE in 0.6% of cases) with both candidates.
+    ``None`` when torch is missing or neither matches.
+    """
+    torch = _torch_or_none()
+    if torch is None:
+        return None
+    import jax.numpy as jnp
+
+    from jax_impl.optim._mkl_sqrt import torch_sqrt_f32
+
+    x = np.linspace(1.0, 4.0, samples, endpoint=False, dtype=np.float32)
+    got = torch.sqrt(torch.from_numpy(x)).numpy()
+    if np.array_equal(got.view(np.uint32), np.sqrt(x).view(np.uint32)):
+        return "ieee"
+    if np.array_equal(got.view(np.uint32), np.asarray(torch_sqrt_f32(jnp.asarray(x))).view(np.uint32)):
+        return "mkl-avx512"
+    return None
+
+
+def match_torch_sqrt() -> str | None:
+    """Sets ``jax_impl.optim``'s sqrt mode to what :func:`probe_torch_sqrt` finds; returns it."""
+    from jax_impl.optim import set_sqrt_mode
+
+    mode = probe_torch_sqrt()
+    if mode is not None:
+        set_sqrt_mode(mode)
+    return mode
+
+
 @contextlib.contextmanager
-def strict_numerics(seed: int | None = 0, *, x64: bool | None = None) -> Iterator[None]:
+def strict_numerics(seed: int | None = 0, *, x64: bool | None = None, match_sqrt: bool = True) -> Iterator[None]:
     """Context manager: parity numerics on entry, previous settings on exit.
 
     Args:
@@ -52,8 +88,16 @@ def strict_numerics(seed: int | None = 0, *, x64: bool | None = None) -> Iterato
         The RNG states are not restored on exit.
       x64: if not ``None``, sets ``jax_enable_x64`` for the duration (needed for
         float64 comparisons; ``None`` leaves it as it is).
+      match_sqrt: set ``jax_impl.optim``'s sqrt mode to the installed torch's
+        (:func:`match_torch_sqrt`) for optimizers built inside the block.
     """
     import jax
+
+    from jax_impl.optim import get_sqrt_mode, set_sqrt_mode
+
+    saved_sqrt = get_sqrt_mode()
+    if match_sqrt:
+        match_torch_sqrt()
 
     saved_jax = {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -86,6 +130,7 @@ def strict_numerics(seed: int | None = 0, *, x64: bool | None = None) -> Iterato
     try:
         yield
     finally:
+        set_sqrt_mode(saved_sqrt)
         for name, value in saved_jax.items():
             jax.config.update(name, value)
         if torch is not None:

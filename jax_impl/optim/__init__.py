@@ -7,6 +7,7 @@ same name (lower-cased), with torch's defaults, and returns an
 """
 
 from jax_impl.optim._base import TorchTransformation, is_host_schedule
+from jax_impl.optim._ops import get_sqrt_mode, set_sqrt_mode, torch_sqrt
 from jax_impl.optim.adadelta import AdadeltaState, adadelta
 from jax_impl.optim.adagrad import AdagradState, adagrad
 from jax_impl.optim.adam import AdamState, adam, adamw
@@ -37,11 +38,14 @@ __all__ = [
     "adamax",
     "adamw",
     "asgd",
+    "get_sqrt_mode",
     "is_host_schedule",
     "lbfgs",
     "nadam",
     "radam",
     "rmsprop",
     "rprop",
+    "set_sqrt_mode",
     "sgd",
+    "torch_sqrt",
 ]

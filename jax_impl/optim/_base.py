@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl.optim._ops import TorchOps, runtime_zero
+from jax_impl.optim._ops import TorchOps, get_sqrt_mode, runtime_zero
 
 __all__ = [
     "Hyperparameter",
@@ -159,6 +159,7 @@ def torch_optimizer(
         return jax.pure_callback(host_callback, shapes, count, traced_values, sstate, vmap_method="broadcast_all")
 
     n_leaf = len(leaf_state_names)
+    sqrt_mode = get_sqrt_mode()  # fixed when the optimizer is built
 
     def init(params: Any) -> Any:
         treedef = jax.tree.structure(params)
@@ -169,7 +170,7 @@ def torch_optimizer(
 
     @jax.jit
     def kernel(grads, params, leaf_states, vector, count):
-        ops = TorchOps(runtime_zero(count))
+        ops = TorchOps(runtime_zero(count), sqrt_mode)
         step = count + 1
 
         def one(g, p, *s):

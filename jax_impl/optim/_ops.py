@@ -22,7 +22,7 @@ exactly torch's roundings (see shared/REFERENCE-optim.md section 0):
   float32 quotients off by 1 ULP), so :meth:`TorchOps.div_scalar` computes the
   reciprocal product and one Markstein correction with FMAs, which yields the
   correctly rounded quotient.
-- ``t.sqrt()``: see :func:`torch_sqrt`.
+- ``t.sqrt()``: MKL's VML sqrt, not IEEE, on AVX-512 CPUs; see :func:`set_sqrt_mode`.
 
 All of this only holds inside a ``jax.jit``-compiled function (eagerly, every
 op rounds on its own and nothing contracts); the optimizers compile their
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["TorchOps", "runtime_zero", "torch_sqrt"]
+__all__ = ["TorchOps", "get_sqrt_mode", "runtime_zero", "set_sqrt_mode", "torch_sqrt"]
 
 _INT_OF_WIDTH = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
 
@@ -45,14 +45,38 @@ def runtime_zero(count: jax.Array) -> jax.Array:
     return lax.shift_right_arithmetic(count.astype(jnp.int32), jnp.int32(31))
 
 
-def torch_sqrt(x: jax.Array) -> jax.Array:
-    """torch's CPU ``sqrt``.
+_SQRT_MODES = ("ieee", "mkl-avx512")
+_sqrt_mode = "ieee"
 
-    torch on x86 CPUs calls MKL's VML ``vsSqrt`` in high-accuracy mode, which is
-    not correctly rounded (about 20% of float32 results are 1 ULP away from
-    IEEE sqrt). IEEE sqrt is the honest approximation: every result is within
-    1 ULP of torch's.
+
+def set_sqrt_mode(mode: str) -> None:
+    """Chooses which ``sqrt`` torch is matched with, for optimizers built afterwards.
+
+    - ``"ieee"`` (default): correctly rounded ``jnp.sqrt``. Matches torch on
+      CUDA, on CPUs without AVX-512, with ``MKL_ENABLE_INSTRUCTIONS=AVX2``,
+      and ``fused=True`` CPU optimizers.
+    - ``"mkl-avx512"``: bit-exact emulation of MKL VML's AVX-512 ``vsSqrt``/
+      ``vdSqrt``, which torch's default CPU optimizers call on AVX-512 x86
+      machines (0.6% of float32 results are 1 ULP below IEEE).
+
+    ``parity.numerics.match_torch_sqrt()`` probes the installed torch and sets it.
     """
+    global _sqrt_mode
+    if mode not in _SQRT_MODES:
+        raise ValueError(f"sqrt mode must be one of {_SQRT_MODES}, got {mode!r}")
+    _sqrt_mode = mode
+
+
+def get_sqrt_mode() -> str:
+    return _sqrt_mode
+
+
+def torch_sqrt(x: jax.Array, mode: str | None = None) -> jax.Array:
+    """torch's CPU ``sqrt`` under ``mode`` (default: the current :func:`set_sqrt_mode`)."""
+    if (mode or _sqrt_mode) == "mkl-avx512" and x.dtype in (jnp.float32, jnp.float64):
+        from jax_impl.optim._mkl_sqrt import mkl_sqrt
+
+        return mkl_sqrt(x)
     return jnp.sqrt(x)
 
 
@@ -64,8 +88,9 @@ class TorchOps:
         separately rounded products from being contracted into FMAs.
     """
 
-    def __init__(self, zero: jax.Array) -> None:
+    def __init__(self, zero: jax.Array, sqrt_mode: str = "ieee") -> None:
         self._zero = zero
+        self._sqrt_mode = sqrt_mode
 
     def rounded(self, x: jax.Array) -> jax.Array:
         """``x`` unchanged, but opaque to FMA contraction (its rounding is kept)."""
@@ -121,9 +146,9 @@ class TorchOps:
         """``a.reciprocal()``: an IEEE ``1 / a``, kept rounded (XLA may not fold it into a later product)."""
         return self.rounded(1 / a)
 
-    @staticmethod
-    def sqrt(a: jax.Array) -> jax.Array:
-        return torch_sqrt(a)
+    def sqrt(self, a: jax.Array) -> jax.Array:
+        """``a.sqrt()`` as torch's CPU build computes it (see :func:`set_sqrt_mode`)."""
+        return torch_sqrt(a, self._sqrt_mode)
 
     @staticmethod
     def maximum(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -84,8 +84,8 @@ def adam(
         }, {}
 
     def init_leaf(p):
-        zeros = jnp.zeros_like(p)
-        return zeros, zeros, zeros if amsgrad else jnp.zeros((0,), p.dtype)
+        # Distinct buffers (never one array twice: donation would reject the state).
+        return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros_like(p) if amsgrad else jnp.zeros((0,), p.dtype)
 
     def update_leaf(ops, c, step, g, p, m, v, v_max):
         if maximize:

@@ -64,8 +64,10 @@ def rmsprop(
         }, {}
 
     def init_leaf(p):
-        empty = jnp.zeros((0,), p.dtype)
-        return jnp.zeros_like(p), jnp.zeros_like(p) if centered else empty, jnp.zeros_like(p) if use_momentum else empty
+        def maybe(flag):  # a fresh buffer each (donation rejects one array used twice)
+            return jnp.zeros_like(p) if flag else jnp.zeros((0,), p.dtype)
+
+        return jnp.zeros_like(p), maybe(centered), maybe(use_momentum)
 
     def update_leaf(ops, c, step, g, p, square_avg, grad_avg, buf):
         if maximize:
