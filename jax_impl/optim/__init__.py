@@ -15,6 +15,7 @@ from jax_impl.optim.adamax import AdamaxState, adamax
 from jax_impl.optim.asgd import ASGDState, asgd
 from jax_impl.optim.lbfgs import lbfgs
 from jax_impl.optim.nadam import NAdamState, nadam
+from jax_impl.optim.param_groups import ParamGroupsState, param_groups
 from jax_impl.optim.radam import RAdamState, radam
 from jax_impl.optim.rmsprop import RMSpropState, rmsprop
 from jax_impl.optim.rprop import RpropState, rprop
@@ -27,6 +28,7 @@ __all__ = [
     "AdamState",
     "AdamaxState",
     "NAdamState",
+    "ParamGroupsState",
     "RAdamState",
     "RMSpropState",
     "RpropState",
@@ -42,6 +44,7 @@ __all__ = [
     "is_host_schedule",
     "lbfgs",
     "nadam",
+    "param_groups",
     "radam",
     "rmsprop",
     "rprop",
