@@ -6,7 +6,7 @@ same name (lower-cased), with torch's defaults, and returns an
 ``optax.GradientTransformationExtraArgs`` with an exact ``step`` method).
 """
 
-from jax_impl.optim._base import TorchTransformation, is_host_schedule
+from jax_impl.optim._base import TorchTransformation, host_schedule, is_host_schedule
 from jax_impl.optim._ops import get_sqrt_mode, set_sqrt_mode, torch_sqrt
 from jax_impl.optim.adadelta import AdadeltaState, adadelta
 from jax_impl.optim.adagrad import AdagradState, adagrad
@@ -41,6 +41,7 @@ __all__ = [
     "adamw",
     "asgd",
     "get_sqrt_mode",
+    "host_schedule",
     "is_host_schedule",
     "lbfgs",
     "nadam",

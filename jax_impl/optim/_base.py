@@ -44,6 +44,7 @@ __all__ = [
     "TorchTransformation",
     "torch_optimizer",
     "is_host_schedule",
+    "host_schedule",
     "check_torch_only_flags",
 ]
 
@@ -64,6 +65,30 @@ class HostSchedule(Protocol):
 
 def is_host_schedule(value: Any) -> bool:
     return callable(value) and bool(getattr(value, "is_host_schedule", False))
+
+
+class host_schedule:  # noqa: N801 - used like a decorator/function
+    """Marks ``fn(count: int) -> float`` to be evaluated on the host in Python float64.
+
+    torch computes learning rates (and scheduled momenta/betas) as Python
+    floats and rounds them only inside each kernel; a host schedule makes the
+    optimizer do the same under ``jax.jit`` (through ``jax.pure_callback``),
+    so ``lr=host_schedule(lambda k: 0.1 * 0.95**k)`` reproduces torch's
+    ``LambdaLR(opt, lambda k: 0.95**k)`` bit for bit. ``count`` is the number
+    of optimizer steps already taken (torch's ``last_epoch`` when the
+    scheduler is stepped after every ``optimizer.step()``).
+    """
+
+    is_host_schedule = True
+
+    def __init__(self, fn: Callable[[int], float]) -> None:
+        self.fn = fn
+
+    def __call__(self, count: Any) -> float:
+        return float(self.fn(int(count)))
+
+    def __repr__(self) -> str:
+        return f"host_schedule({self.fn!r})"
 
 
 class TorchTransformation(optax.GradientTransformationExtraArgs):
