@@ -13,7 +13,7 @@ from jax_impl.optim.adagrad import AdagradState, adagrad
 from jax_impl.optim.adam import AdamState, adam, adamw
 from jax_impl.optim.adamax import AdamaxState, adamax
 from jax_impl.optim.asgd import ASGDState, asgd
-from jax_impl.optim.lbfgs import lbfgs
+from jax_impl.optim.unsupported import adafactor, lbfgs, muon, sparse_adam
 from jax_impl.optim.nadam import NAdamState, nadam
 from jax_impl.optim.param_groups import ParamGroupsState, param_groups
 from jax_impl.optim.radam import RAdamState, radam
@@ -35,6 +35,7 @@ __all__ = [
     "SGDState",
     "TorchTransformation",
     "adadelta",
+    "adafactor",
     "adagrad",
     "adam",
     "adamax",
@@ -44,6 +45,7 @@ __all__ = [
     "host_schedule",
     "is_host_schedule",
     "lbfgs",
+    "muon",
     "nadam",
     "param_groups",
     "radam",
@@ -51,5 +53,6 @@ __all__ = [
     "rprop",
     "set_sqrt_mode",
     "sgd",
+    "sparse_adam",
     "torch_sqrt",
 ]
