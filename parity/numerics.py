@@ -19,6 +19,7 @@ torch is optional: without it only the JAX and Python/NumPy settings apply.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 from collections.abc import Iterator
@@ -46,16 +47,18 @@ def _torch_or_none() -> Any:
     return torch
 
 
+@functools.cache
 def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     """Which sqrt the installed torch computes on CPU: ``"ieee"``, ``"mkl-avx512"`` or ``None``.
 
     Compares ``torch.sqrt`` on float32 values spread over [1, 4) (where MKL's
     AVX-512 kernel differs from IEEE in 0.6% of cases) with both candidates.
-    ``None`` when torch is missing or neither matches.
+    ``None`` when torch is missing or neither matches. Cached per process.
     """
     torch = _torch_or_none()
     if torch is None:
         return None
+    import jax
     import jax.numpy as jnp
 
     from jax_impl.optim._mkl_sqrt import torch_sqrt_f32
@@ -64,7 +67,7 @@ def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     got = torch.sqrt(torch.from_numpy(x)).numpy()
     if np.array_equal(got.view(np.uint32), np.sqrt(x).view(np.uint32)):
         return "ieee"
-    if np.array_equal(got.view(np.uint32), np.asarray(torch_sqrt_f32(jnp.asarray(x))).view(np.uint32)):
+    if np.array_equal(got.view(np.uint32), np.asarray(jax.jit(torch_sqrt_f32)(jnp.asarray(x))).view(np.uint32)):
         return "mkl-avx512"
     return None
 

@@ -13,7 +13,7 @@ from jax_impl.optim.adagrad import AdagradState, adagrad
 from jax_impl.optim.adam import AdamState, adam, adamw
 from jax_impl.optim.adamax import AdamaxState, adamax
 from jax_impl.optim.asgd import ASGDState, asgd
-from jax_impl.optim.unsupported import adafactor, lbfgs, muon, sparse_adam
+from jax_impl.optim.unsupported import adafactor, lbfgs, muon, sparseadam
 from jax_impl.optim.nadam import NAdamState, nadam
 from jax_impl.optim.param_groups import ParamGroupsState, param_groups
 from jax_impl.optim.radam import RAdamState, radam
@@ -53,6 +53,6 @@ __all__ = [
     "rprop",
     "set_sqrt_mode",
     "sgd",
-    "sparse_adam",
+    "sparseadam",
     "torch_sqrt",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["lbfgs", "sparse_adam", "adafactor", "muon"]
+__all__ = ["lbfgs", "sparseadam", "adafactor", "muon"]
 
 
 def lbfgs(*args: Any, **kwargs: Any) -> Any:
@@ -19,7 +19,7 @@ def lbfgs(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("torch.optim.LBFGS (closure-based, multi-evaluation steps) is not supported by jax_impl.optim")
 
 
-def sparse_adam(*args: Any, **kwargs: Any) -> Any:
+def sparseadam(*args: Any, **kwargs: Any) -> Any:
     """Raises ``NotImplementedError``: ``torch.optim.SparseAdam`` needs sparse gradients, which JAX has not."""
     raise NotImplementedError("torch.optim.SparseAdam (sparse gradients) is not supported by jax_impl.optim")
 

@@ -1,0 +1,10 @@
+"""Conversion of torch state (``state_dict`` s) to the JAX side and back.
+
+Strict by design, as Hugging Face's ``modeling_flax_pytorch_utils`` is: every
+missing or unexpected key, shape or dtype mismatch raises an error that names
+the parameter and the key.
+"""
+
+from parity.convert.optim import optimizer_state_from_torch, optimizer_state_to_torch
+
+__all__ = ["optimizer_state_from_torch", "optimizer_state_to_torch"]
