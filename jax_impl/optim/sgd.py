@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._validation import check_non_negative
+from jax_impl.optim._validation import check_not_negative
 
 __all__ = ["sgd", "SGDState"]
 
@@ -52,9 +52,10 @@ def sgd(
       foreach, differentiable, fused: torch execution-path flags; only the
         default (``None``/``False``) is reproduced.
     """
-    check_non_negative(lr, "Invalid learning rate: {}")
-    check_non_negative(momentum, "Invalid momentum value: {}")
-    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    # torch's SGD checks `x < 0.0` (NaN passes), unlike the other optimizers.
+    check_not_negative(lr, "Invalid learning rate: {}")
+    check_not_negative(momentum, "Invalid momentum value: {}")
+    check_not_negative(weight_decay, "Invalid weight_decay value: {}")
     if nesterov and (not callable(momentum) and momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires a momentum and zero dampening")
     check_torch_only_flags(foreach=foreach, differentiable=differentiable, fused=fused)
