@@ -115,19 +115,21 @@ class TorchOps:
         diff = b - a
         return jnp.where(jnp.abs(w) < 0.5, a + w * diff, b + (w - 1) * diff)
 
-    @staticmethod
-    def addcmul(a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:
-        """``a.addcmul(t1, t2, value=v)`` = ``fma(v * t1, t2, a)``."""
+    def addcmul(self, a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:
+        """``a.addcmul(t1, t2, value=v)`` = ``fma(round(v * t1), t2, a)``.
+
+        ``v * t1`` is kept opaque: XLA could otherwise reassociate
+        ``(v * t1) * t2`` into ``v * (t1 * t2)`` (seen for ``t1 is t2`` in float64).
+        """
         if isinstance(value, float) and value == 1.0:
             return a + t1 * t2
-        return a + (value * t1) * t2
+        return a + self.mul(t1, value) * t2
 
-    @staticmethod
-    def addcdiv(a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:
-        """``a.addcdiv(t1, t2, value=v)`` = ``a + (v * t1) / t2``."""
+    def addcdiv(self, a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:
+        """``a.addcdiv(t1, t2, value=v)`` = ``a + round(v * t1) / t2``."""
         if isinstance(value, float) and value == 1.0:
             return a + t1 / t2
-        return a + (value * t1) / t2
+        return a + self.mul(t1, value) / t2
 
     @staticmethod
     def div_scalar(a: jax.Array, s: jax.Array) -> jax.Array:
@@ -149,6 +151,12 @@ class TorchOps:
     def sqrt(self, a: jax.Array) -> jax.Array:
         """``a.sqrt()`` as torch's CPU build computes it (see :func:`set_sqrt_mode`)."""
         return torch_sqrt(a, self._sqrt_mode)
+
+    @staticmethod
+    def sign(a: jax.Array) -> jax.Array:
+        """``torch.sign``: NaN and -0 give +0 (``jnp.sign`` keeps NaN and -0)."""
+        one = jnp.ones_like(a)
+        return jnp.where(a > 0, one, jnp.where(a < 0, -one, jnp.zeros_like(a)))
 
     @staticmethod
     def maximum(a: jax.Array, b: jax.Array) -> jax.Array:

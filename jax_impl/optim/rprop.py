@@ -59,14 +59,13 @@ def rprop(
     def update_leaf(ops, c, step, g, p, prev, step_size):
         if maximize:
             g = -g
-        sign = jnp.sign(ops.mul(g, prev))
-        # torch assigns in this order: >0 -> etaplus, then <0 -> etaminus, then ==0 -> 1 (NaN stays NaN).
-        factor = jnp.where(sign > 0, c["etaplus"], sign)
-        factor = jnp.where(factor < 0, c["etaminus"], factor)
-        factor = jnp.where(factor == 0, jnp.ones_like(factor), factor)
+        # torch: sign(g * prev) (NaN -> 0), then > 0 -> etaplus, < 0 -> etaminus, 0 -> 1;
+        # gradients whose sign flipped are zeroed (they are where the factor is etaminus).
+        product = ops.mul(g, prev)
+        factor = jnp.where(product > 0, c["etaplus"], jnp.where(product < 0, c["etaminus"], jnp.ones_like(product)))
         step_size = jnp.clip(ops.mul(step_size, factor), c["step_size_min"], c["step_size_max"])
-        g = jnp.where(factor == c["etaminus"], jnp.zeros_like(g), g)
-        return p - jnp.sign(g) * step_size, g, step_size
+        g = jnp.where(product < 0, jnp.zeros_like(g), g)
+        return p - ops.sign(g) * step_size, g, step_size
 
     return torch_optimizer(
         state_cls=RpropState,

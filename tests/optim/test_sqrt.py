@@ -1,0 +1,77 @@
+"""``jax_impl.optim._mkl_sqrt``: bit-exact emulation of torch's CPU sqrt (MKL VML, AVX-512)."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+from jax_impl.optim._mkl_sqrt import torch_sqrt_f32, torch_sqrt_f64
+from parity.numerics import probe_torch_sqrt
+from tests.optim import _harness as H
+
+needs_mkl = pytest.mark.skipif(H.torch_sqrt_kind() != "mkl-avx512", reason="torch's CPU sqrt here is not MKL's AVX-512 kernel")
+
+
+def assert_bitwise_equal(ours, ref, x):
+    width = {4: np.uint32, 8: np.uint64}[x.dtype.itemsize]
+    bad = np.asarray(ours).view(width) != ref.view(width)
+    assert not bad.any(), f"{bad.sum()} of {x.size} differ, e.g. x={x[bad][:4]} ours={np.asarray(ours)[bad][:4]} torch={ref[bad][:4]}"
+
+
+def assert_documented_agreement(ours, ref, x):
+    """Bit-identical on normal non-negative inputs, zeros and +inf; NaN where torch gives NaN
+    (torch's +NaN for negatives and our NaN differ in the sign bit only); subnormal inputs give
+    0, as XLA:CPU flushes every subnormal to zero (torch keeps them: documented limitation)."""
+    ours = np.asarray(ours)
+    finfo = np.finfo(x.dtype)
+    subnormal = (x != 0) & (np.abs(x) < finfo.tiny) & ~np.isnan(x)
+    nan_expected = np.isnan(ref) & ~subnormal
+    exact = ~subnormal & ~nan_expected
+    assert_bitwise_equal(ours[exact], ref[exact], x[exact])
+    assert np.isnan(ours[nan_expected]).all()
+    assert (ours[subnormal & (x > 0)] == 0).all()
+
+
+def torch_sqrt_numpy(x):
+    return torch.sqrt(torch.from_numpy(x)).numpy()
+
+
+def test_probe_returns_a_known_mode():
+    assert probe_torch_sqrt() in ("mkl-avx512", "ieee", None)
+    assert H.torch_sqrt_kind() == probe_torch_sqrt()
+
+
+@needs_mkl
+def test_f32_every_float_in_1_to_4():
+    # [1, 4) covers both exponent parities, i.e. every mantissa path of the kernel: 2^24 values.
+    x = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
+    ref = torch_sqrt_numpy(x)
+    assert (ref != np.sqrt(x)).any()  # torch is not IEEE here, so the test has teeth
+    assert_bitwise_equal(jax.jit(torch_sqrt_f32)(x), ref, x)
+
+
+@needs_mkl
+def test_f32_random_bits_subnormals_and_specials():
+    rng = np.random.default_rng(0)
+    random_bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    subnormals = np.arange(1, 1 << 23, 97, dtype=np.uint32).view(np.float32)
+    f32 = np.finfo(np.float32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, -1.0, -f32.tiny, -1e-45, 1e-45, f32.tiny, f32.max], np.float32)
+    x = np.concatenate([random_bits, subnormals, -subnormals, specials])
+    with np.errstate(invalid="ignore"):
+        assert_documented_agreement(jax.jit(torch_sqrt_f32)(x), torch_sqrt_numpy(x), x)
+
+
+@needs_mkl
+def test_f64_mixed_values():
+    rng = np.random.default_rng(1)
+    n = 1 << 20
+    wide = rng.random(n) * 10.0 ** rng.integers(-307, 308, n)
+    random_bits = rng.integers(0, 2**64, n, dtype=np.uint64).view(np.float64)
+    f64 = np.finfo(np.float64)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 5e-324, -5e-324, f64.tiny, f64.max, 1.0, 4.0 - 2**-51])
+    x = np.concatenate([np.linspace(1.0, 4.0, n, endpoint=False), wide, random_bits, specials])
+    ref = torch_sqrt_numpy(x)
+    with H.numerics("float64"):
+        ours = np.asarray(jax.jit(torch_sqrt_f64)(x))
+    assert_documented_agreement(ours, ref, x)
