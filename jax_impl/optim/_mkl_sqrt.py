@@ -93,10 +93,11 @@ def _mkl_sqrt(x: jax.Array, float_type: Any, int_type: Any, mantissa_bits: int, 
     e = -y * y + xs
     s = e * h + y  # in [1, 2]
     out = lax.bitcast_convert_type(lax.bitcast_convert_type(s, int_type) + (half_exponent << mantissa_bits), float_type)
-    # Zeros, subnormals (XLA:CPU flushes them to zero anyway), infinities,
-    # negatives and NaN take IEEE sqrt: +-0, 0, inf, NaN as torch.
+    # Everything else, without a second sqrt: +-0 -> +-0 and subnormals -> 0
+    # (XLA:CPU treats them as zero anyway), +inf -> +inf, negatives and NaN -> NaN.
     normal = (biased_exponent > 0) & (biased_exponent < 2 * bias + 1) & (bits > 0)
-    return jnp.where(normal, out, jnp.sqrt(x))
+    special = jnp.where(x == jnp.inf, x, jnp.where(x >= 0, x * float_type(0), float_type(jnp.nan)))
+    return jnp.where(normal, out, special)
 
 
 def torch_sqrt_f32(x: jax.Array) -> jax.Array:
