@@ -67,7 +67,10 @@ def _rsqrt14_core(p, m23):
     i = m23 >> 18
     t = ((m23 & ~0xFF) - (i << 18) - (1 << 17)) >> 8  # in [-512, 512)
     idx = p * 32 + i
-    w = jnp.asarray(_C_TAB)[idx] * 128 - jnp.asarray(_D_TAB)[idx] * t  # in [2^25, 2^26)
+    # idx is in [0, 64) by construction: skip jnp's negative-index and bounds handling.
+    c = jnp.asarray(_C_TAB).at[idx].get(mode="promise_in_bounds")
+    d = jnp.asarray(_D_TAB).at[idx].get(mode="promise_in_bounds")
+    w = c * 128 - d * t  # in [2^25, 2^26)
     w = w & ~0x1FF  # truncate to 17 significant bits
     core = (126 << 23) + ((w - (1 << 25)) >> 2)
     return jnp.where((m23 == 0) & (p == 0), 0x3F800000, core)  # rsqrt14(4^k) is exact
