@@ -61,9 +61,9 @@ def rprop(
             g = -g
         # torch: sign(g * prev) (NaN -> 0), then > 0 -> etaplus, < 0 -> etaminus, 0 -> 1;
         # gradients whose sign flipped are zeroed (they are where the factor is etaminus).
-        product = ops.mul(g, prev)
+        product = g * prev  # only compared, never added: no FMA to guard against
         factor = jnp.where(product > 0, c["etaplus"], jnp.where(product < 0, c["etaminus"], jnp.ones_like(product)))
-        step_size = jnp.clip(ops.mul(step_size, factor), c["step_size_min"], c["step_size_max"])
+        step_size = jnp.clip(step_size * factor, c["step_size_min"], c["step_size_max"])
         g = jnp.where(product < 0, jnp.zeros_like(g), g)
         return p - ops.sign(g) * step_size, g, step_size
 
