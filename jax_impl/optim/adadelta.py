@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._transforms import negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative, check_range
 
 __all__ = ["adadelta", "AdadeltaState"]
@@ -53,10 +55,7 @@ def adadelta(
         return jnp.zeros_like(p), jnp.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, square_avg, acc_delta):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = ops.add(g, p, alpha=c["weight_decay"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         square_avg = ops.addcmul(ops.mul(square_avg, c["rho"]), g, g, value=c["one_minus_rho"])
         std = ops.sqrt(square_avg + c["eps"])
         delta = ops.mul(ops.sqrt(acc_delta + c["eps"]) / std, g)

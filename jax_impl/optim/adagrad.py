@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._transforms import negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative
 
 __all__ = ["adagrad", "AdagradState"]
@@ -56,10 +58,7 @@ def adagrad(
         return (jnp.full_like(p, initial_accumulator_value),)
 
     def update_leaf(ops, c, step, g, p, state_sum):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = ops.add(g, p, alpha=c["weight_decay"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         state_sum = ops.addcmul(state_sum, g, g)
         std = ops.sqrt(state_sum) + c["eps"]
         return ops.addcdiv(p, g, std, value=c["neg_clr"]), state_sum

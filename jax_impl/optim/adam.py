@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._validation import check_beta, check_non_negative
+from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 
 __all__ = ["adam", "adamw", "AdamState"]
 
@@ -60,27 +61,17 @@ def adam(
         only the default is reproduced.
     """
     beta1, beta2 = betas
-    check_non_negative(lr, "Invalid learning rate: {}")
-    check_non_negative(eps, "Invalid epsilon value: {}")
-    check_beta(beta1, 0)
-    check_beta(beta2, 1)
-    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_adam_family(lr, eps, betas, weight_decay)
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused)
 
     def host_scalars(step, h, sstate):
-        lr_, b1, b2 = h["lr"], h["beta1"], h["beta2"]
         t = float(step)  # torch reads its float32 step tensor with .item()
-        bias_correction1 = 1 - b1**t
-        bias_correction2 = 1 - b2**t
+        bias_correction1 = 1 - h["beta1"] ** t
+        bias_correction2 = 1 - h["beta2"] ** t
         return {
-            "decay": 1 - lr_ * h["weight_decay"],
-            "weight_decay": h["weight_decay"],
-            "one_minus_beta1": 1 - b1,
-            "beta2": b2,
-            "one_minus_beta2": 1 - b2,
+            **adam_family_scalars(h),
             "bias_correction2_sqrt": bias_correction2**0.5,
-            "eps": h["eps"],
-            "neg_step_size": -(lr_ / bias_correction1),
+            "neg_step_size": -(h["lr"] / bias_correction1),
         }, {}
 
     def init_leaf(p):
@@ -88,15 +79,8 @@ def adam(
         return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros_like(p) if amsgrad else jnp.zeros((0,), p.dtype)
 
     def update_leaf(ops, c, step, g, p, m, v, v_max):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                p = ops.mul(p, c["decay"])
-            else:
-                g = ops.add(g, p, alpha=c["weight_decay"])
-        m = ops.lerp(m, g, c["one_minus_beta1"])
-        v = ops.addcmul(ops.mul(v, c["beta2"]), g, g, value=c["one_minus_beta2"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)
+        m, v = adam_moments(ops, c, g, m, v)
         if amsgrad:
             v_max = ops.maximum(v_max, v)
         denom = ops.div_scalar(ops.sqrt(v_max if amsgrad else v), c["bias_correction2_sqrt"]) + c["eps"]

@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._validation import check_beta, check_non_negative
+from jax_impl.optim._transforms import adam_family_scalars, check_adam_family, negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 
 __all__ = ["adamax", "AdamaxState"]
 
@@ -40,31 +41,18 @@ def adamax(
     No square root: float32 results are bit-identical to torch's.
     """
     beta1, beta2 = betas
-    check_non_negative(lr, "Invalid learning rate: {}")
-    check_non_negative(eps, "Invalid epsilon value: {}")
-    check_beta(beta1, 0)
-    check_beta(beta2, 1)
-    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_adam_family(lr, eps, betas, weight_decay)
     check_torch_only_flags(foreach=foreach, differentiable=differentiable, capturable=capturable)
 
     def host_scalars(step, h, sstate):
         clr = h["lr"] / (1 - h["beta1"] ** float(step))
-        return {
-            "neg_clr": -clr,
-            "one_minus_beta1": 1 - h["beta1"],
-            "beta2": h["beta2"],
-            "eps": h["eps"],
-            "weight_decay": h["weight_decay"],
-        }, {}
+        return {**adam_family_scalars(h), "neg_clr": -clr}, {}
 
     def init_leaf(p):
         return jnp.zeros_like(p), jnp.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_inf):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = ops.add(g, p, alpha=c["weight_decay"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
         exp_inf = ops.maximum(ops.mul(exp_inf, c["beta2"]), jnp.abs(g) + c["eps"])
         return ops.addcdiv(p, exp_avg, exp_inf, value=c["neg_clr"]), exp_avg, exp_inf

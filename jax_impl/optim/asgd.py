@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, is_host_schedule, torch_optimizer
+from jax_impl.optim._transforms import negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative
 
 __all__ = ["asgd", "ASGDState"]
@@ -69,10 +71,7 @@ def asgd(
         return (jnp.zeros_like(p),)
 
     def update_leaf(ops, c, step, g, p, ax):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = ops.add(g, p, alpha=c["weight_decay"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         p = ops.add(ops.mul(p, c["decay"]), g, alpha=c["neg_eta"])
         averaged = ax + ops.mul(p - ax, c["mu"])
         return p, jnp.where(c["mu_is_one"] > 0, p, averaged)

@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._validation import check_beta, check_non_negative
+from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
+from jax_impl.optim._validation import check_non_negative
 
 __all__ = ["nadam", "NAdamState"]
 
@@ -52,11 +54,7 @@ def nadam(
       decoupled_weight_decay: NAdamW-style ``p ← p(1 - γλ)``.
     """
     beta1, beta2 = betas
-    check_non_negative(lr, "Invalid learning rate: {}")
-    check_non_negative(eps, "Invalid epsilon value: {}")
-    check_beta(beta1, 0)
-    check_beta(beta2, 1)
-    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_adam_family(lr, eps, betas, weight_decay)
     check_non_negative(momentum_decay, "Invalid momentum_decay value: {}")
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
 
@@ -69,13 +67,8 @@ def nadam(
         mu_product = np.float32(sstate["mu_product"] * np.float32(mu))  # float32 tensor *= float
         mu_product_next = float(mu_product) * mu_next
         return {
-            "decay": 1 - lr_ * h["weight_decay"],
-            "weight_decay": h["weight_decay"],
-            "one_minus_beta1": 1 - b1,
-            "beta2": b2,
-            "one_minus_beta2": 1 - b2,
+            **adam_family_scalars(h),
             "bias_correction2": bias_correction2,
-            "eps": h["eps"],
             "grad_coef": -lr_ * (1.0 - mu) / (1.0 - float(mu_product)),
             "exp_avg_coef": (-lr_ * mu_next) / (1.0 - mu_product_next),
         }, {"mu_product": mu_product}
@@ -84,15 +77,8 @@ def nadam(
         return jnp.zeros_like(p), jnp.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                p = ops.mul(p, c["decay"])
-            else:
-                g = ops.add(g, p, alpha=c["weight_decay"])
-        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
-        exp_avg_sq = ops.addcmul(ops.mul(exp_avg_sq, c["beta2"]), g, g, value=c["one_minus_beta2"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)
+        exp_avg, exp_avg_sq = adam_moments(ops, c, g, exp_avg, exp_avg_sq)
         denom = ops.sqrt(ops.div_scalar(exp_avg_sq, c["bias_correction2"])) + c["eps"]
         p = ops.addcdiv(p, g, denom, value=c["grad_coef"])
         p = ops.addcdiv(p, exp_avg, denom, value=c["exp_avg_coef"])

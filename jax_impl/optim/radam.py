@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._validation import check_beta, check_non_negative
+from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 
 __all__ = ["radam", "RAdamState"]
 
@@ -46,11 +47,7 @@ def radam(
     strict ``rho_t > 5`` (optax uses ``>=``).
     """
     beta1, beta2 = betas
-    check_non_negative(lr, "Invalid learning rate: {}")
-    check_non_negative(eps, "Invalid epsilon value: {}")
-    check_beta(beta1, 0)
-    check_beta(beta2, 1)
-    check_non_negative(weight_decay, "Invalid weight_decay value: {}")
+    check_adam_family(lr, eps, betas, weight_decay)
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
 
     def host_scalars(step, h, sstate):
@@ -63,15 +60,10 @@ def radam(
         rectified = rho_t > 5.0
         rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5 if rectified else 0.0
         return {
-            "decay": 1 - lr_ * h["weight_decay"],
-            "weight_decay": h["weight_decay"],
-            "one_minus_beta1": 1 - b1,
-            "beta2": b2,
-            "one_minus_beta2": 1 - b2,
+            **adam_family_scalars(h),
             "bias_correction1": bias_correction1,
             "bias_correction2_sqrt": bias_correction2**0.5,
             "lr": lr_,
-            "eps": h["eps"],
             "rect": rect,
             "rectified": 1.0 if rectified else 0.0,
         }, {}
@@ -80,15 +72,8 @@ def radam(
         return jnp.zeros_like(p), jnp.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                p = ops.mul(p, c["decay"])
-            else:
-                g = ops.add(g, p, alpha=c["weight_decay"])
-        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
-        exp_avg_sq = ops.addcmul(ops.mul(exp_avg_sq, c["beta2"]), g, g, value=c["one_minus_beta2"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)
+        exp_avg, exp_avg_sq = adam_moments(ops, c, g, exp_avg, exp_avg_sq)
         scaled = ops.mul(ops.div_scalar(exp_avg, c["bias_correction1"]), c["lr"])  # (m / bc1) * lr
         adaptive_lr = ops.mul(ops.reciprocal(ops.sqrt(exp_avg_sq) + c["eps"]), c["bias_correction2_sqrt"])
         rectified_step = ops.mul(ops.mul(scaled, adaptive_lr), c["rect"])

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._transforms import negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative
 
 __all__ = ["rmsprop", "RMSpropState"]
@@ -70,10 +72,7 @@ def rmsprop(
         return jnp.zeros_like(p), maybe(centered), maybe(use_momentum)
 
     def update_leaf(ops, c, step, g, p, square_avg, grad_avg, buf):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = ops.add(g, p, alpha=c["weight_decay"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         square_avg = ops.addcmul(ops.mul(square_avg, c["alpha"]), g, g, value=c["one_minus_alpha"])
         if centered:
             grad_avg = ops.lerp(grad_avg, g, c["one_minus_alpha"])

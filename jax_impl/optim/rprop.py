@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._base import TorchTransformation, check_torch_only_flags, torch_optimizer
 
 __all__ = ["rprop", "RpropState"]
@@ -57,8 +58,7 @@ def rprop(
         return jnp.zeros_like(p), jnp.full_like(p, lr)
 
     def update_leaf(ops, c, step, g, p, prev, step_size):
-        if maximize:
-            g = -g
+        g = negate_if(maximize, g)
         # torch: sign(g * prev) (NaN -> 0), then > 0 -> etaplus, < 0 -> etaminus, 0 -> 1;
         # gradients whose sign flipped are zeroed (they are where the factor is etaminus).
         product = g * prev  # only compared, never added: no FMA to guard against

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._transforms import negate_if
+from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_not_negative
 
 __all__ = ["sgd", "SGDState"]
@@ -68,10 +70,7 @@ def sgd(
         return (jnp.zeros_like(p) if use_momentum else jnp.zeros((0,), p.dtype),)
 
     def update_leaf(ops, c, step, g, p, buf):
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = ops.add(g, p, alpha=c["weight_decay"])
+        g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         if use_momentum:
             later = ops.add(ops.mul(buf, c["momentum"]), g, alpha=c["one_minus_dampening"])
             buf = jnp.where(step == 1, g, later)  # torch clones g into the first buffer
