@@ -64,8 +64,11 @@ def rprop(
         product = g * prev  # only compared, never added: no FMA to guard against
         factor = jnp.where(product > 0, c["etaplus"], jnp.where(product < 0, c["etaminus"], jnp.ones_like(product)))
         step_size = jnp.clip(step_size * factor, c["step_size_min"], c["step_size_max"])
-        g = jnp.where(product < 0, jnp.zeros_like(g), g)
-        return p - ops.sign(g) * step_size, g, step_size
+        flipped = product < 0
+        # p - sign(g) * step_size with g zeroed where flipped, written from g itself so
+        # that XLA need not re-read the zeroed gradient it stores as `prev`.
+        p = jnp.where(flipped, p, p - ops.sign(g) * step_size)
+        return p, jnp.where(flipped, jnp.zeros_like(g), g), step_size
 
     return torch_optimizer(
         state_cls=RpropState,
