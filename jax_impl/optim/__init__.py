@@ -13,6 +13,7 @@ from jax_impl.optim.adagrad import AdagradState, adagrad
 from jax_impl.optim.adam import AdamState, adam, adamw
 from jax_impl.optim.adamax import AdamaxState, adamax
 from jax_impl.optim.asgd import ASGDState, asgd
+from jax_impl.optim import lr_scheduler
 from jax_impl.optim.unsupported import adafactor, lbfgs, muon, sparseadam
 from jax_impl.optim.nadam import NAdamState, nadam
 from jax_impl.optim.param_groups import ParamGroupsState, param_groups
@@ -44,6 +45,7 @@ __all__ = [
     "get_sqrt_mode",
     "host_schedule",
     "is_host_schedule",
+    "lr_scheduler",
     "lbfgs",
     "muon",
     "nadam",
