@@ -33,6 +33,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from jax_impl.optim.plateau import (
+    ReduceLROnPlateau,
+    ReduceLROnPlateauState,
+    reduce_lr_on_plateau_init,
+    reduce_lr_on_plateau_step,
+)
 from jax_impl.optim._lr_mirrors import (
     _ChainedScheduler,
     _ConstantLR,
@@ -52,6 +58,8 @@ from jax_impl.optim._lr_mirrors import (
 )
 
 __all__ = [
+    "ReduceLROnPlateau",
+    "ReduceLROnPlateauState",
     "TorchSchedule",
     "chained_scheduler",
     "constant_lr",
@@ -66,6 +74,9 @@ __all__ = [
     "one_cycle_lr",
     "per_epoch",
     "polynomial_lr",
+    "reduce_lr_on_plateau",
+    "reduce_lr_on_plateau_init",
+    "reduce_lr_on_plateau_step",
     "sequential_lr",
     "step_lr",
 ]
@@ -376,3 +387,7 @@ def chained_scheduler(base_lr: float, schedulers: Sequence[TorchSchedule]) -> To
     """``ChainedScheduler``: every sub-scheduler steps the shared lr in turn."""
     _check_subschedules("ChainedScheduler", base_lr, schedulers, " to be chained")
     return TorchSchedule("chained_scheduler", base_lr, lambda g: _ChainedScheduler(g, [s.build(g) for s in schedulers]))
+
+
+# torch's name, snake_case like the others: a metric-driven host schedule.
+reduce_lr_on_plateau = ReduceLROnPlateau
