@@ -11,6 +11,7 @@ the expected type. Bools are never accepted as numbers, nor numbers as bools.
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
 import types
 import typing
@@ -155,7 +156,7 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
         if args and len(args) != len(value):
             raise ConfigError(f"expected {type_name(annotation)} ({len(args)} items), got {len(value)} items", path=path)
         return tuple(coerce(v, a, f"{path}.{i}") for i, (v, a) in enumerate(zip(value, args or [Any] * len(value))))
-    if origin is list or annotation is list:
+    if origin in (list, collections.abc.Iterable, collections.abc.Sequence) or annotation is list:
         if not isinstance(value, (list, tuple)):
             raise _Mismatch
         item = args[0] if args else Any

@@ -111,6 +111,13 @@ def test_nested_schedulers():
     )
 
 
+def test_iterable_annotations_take_yaml_lists():
+    # torch annotates MultiStepLR's milestones as Iterable[int].
+    config = config_from_dict({**MINIMAL, "scheduler": {"name": "MultiStepLR", "milestones": [3, 6], "gamma": 0.5}})
+    assert config.scheduler.kwargs["milestones"] == [3, 6]
+    assert "scheduler.milestones.1: expected int" in error_of({**MINIMAL, "scheduler": {"name": "MultiStepLR", "milestones": [3, "x"]}})
+
+
 def test_callables_cannot_be_configured():
     assert "scheduler.lr_lambda: expected Callable[[int], float] | list[Callable[[int], float]], got str" in error_of({**MINIMAL, "scheduler": {"name": "LambdaLR", "lr_lambda": "x"}})
 
