@@ -149,14 +149,33 @@ def scheduler_state_dict(schedule: Any, k: int, *, use_beta1: bool = False) -> d
       k: the number of scheduler steps taken.
       use_beta1: for cycled momentum, whether the optimizer has ``betas`` (Adam family).
 
+    ``sequential_lr`` and ``chained_scheduler`` give torch's nested form
+    (``_schedulers``: one state dict per sub-scheduler).
+
     Raises:
-      NotImplementedError: a nested schedule (``sequential_lr``, ``chained_scheduler``).
+      NotImplementedError: a nested schedule inside a nested schedule.
     """
-    if schedule.name not in _HYPERPARAMETERS:
-        raise NotImplementedError(f"no state dict for the nested schedule {schedule.name!r}")
     if k < 0:
         raise ValueError(f"k must be non-negative, got {k}")
     mirror = _replay(schedule, k)
+    if schedule.name == "sequential_lr":
+        return {
+            "_milestones": list(mirror._milestones),
+            "last_epoch": mirror.last_epoch,
+            "_last_lr": [mirror._last_lr],
+            "_schedulers": [_simple_state(c, m, use_beta1) for c, m in zip(schedule.children, mirror._schedulers)],
+        }
+    if schedule.name == "chained_scheduler":
+        return {
+            "_last_lr": [mirror._last_lr],
+            "_schedulers": [_simple_state(c, m, use_beta1) for c, m in zip(schedule.children, mirror._schedulers)],
+        }
+    return _simple_state(schedule, mirror, use_beta1)
+
+
+def _simple_state(schedule: Any, mirror: Any, use_beta1: bool) -> dict[str, Any]:
+    if schedule.name not in _HYPERPARAMETERS:
+        raise NotImplementedError(f"no state dict for a {schedule.name!r} nested inside another nested schedule")
     return {
         **_own_state(schedule.name, mirror, use_beta1),
         "base_lrs": [mirror.base_lr],
@@ -164,7 +183,7 @@ def scheduler_state_dict(schedule: Any, k: int, *, use_beta1: bool = False) -> d
         "_step_count": mirror._step_count,
         "_is_initial": False,
         "_get_lr_called_within_step": False,
-        "_last_lr": [mirror.group["lr"]],
+        "_last_lr": [mirror._last_lr],
     }
 
 

@@ -50,6 +50,7 @@ class _Scheduler:
             self.last_epoch = epoch
             value = self.closed_form() if self.has_closed_form else self.get_lr()
         self.group["lr"] = value
+        self._last_lr = value
 
     def get_lr(self) -> float:
         raise NotImplementedError
@@ -231,7 +232,7 @@ class _CosineAnnealingWarmRestarts(_Scheduler):
                 self.T_cur = self.T_cur % self.T_i
                 self.T_i = self.T_i * self.T_mult
         self.last_epoch = math.floor(epoch)
-        self.group["lr"] = self.get_lr()
+        self.group["lr"] = self._last_lr = self.get_lr()
 
 
 def _cycle_momentum(group: dict, max_momentum: float, base_momentum: float) -> None:
@@ -338,6 +339,7 @@ class _SequentialLR(_Scheduler):
         group["lr"] = group["initial_lr"]
         self.recursive_undo()
         self._schedulers[bisect_right(self._milestones, 0)]._initial_step()
+        self._last_lr = self._schedulers[bisect_right(self._milestones, 0)]._last_lr
 
     def recursive_undo(self, sched=None):
         scheds = self if sched is None else sched
@@ -355,15 +357,18 @@ class _SequentialLR(_Scheduler):
             scheduler._update_lr(0)
         else:
             scheduler.step()
+        self._last_lr = scheduler._last_lr
 
 
 class _ChainedScheduler(_Scheduler):
     def __init__(self, group, schedulers):  # no initial step of its own, as in torch
         self.group, self._schedulers = group, schedulers
+        self._last_lr = group["lr"]
 
     def step(self):
         for scheduler in self._schedulers:
             scheduler.step()
+        self._last_lr = self.group["lr"]
 
     def _update_lr(self, epoch):
         raise NotImplementedError("a chained_scheduler cannot follow a milestone of sequential_lr")

@@ -380,13 +380,17 @@ def sequential_lr(base_lr: float, schedulers: Sequence[TorchSchedule], milestone
     def build(group):  # the sub-schedulers are constructed on the shared group first, as in torch
         return _SequentialLR(group, [s.build(group) for s in schedulers], milestones)
 
-    return TorchSchedule("sequential_lr", base_lr, build)
+    schedule = TorchSchedule("sequential_lr", base_lr, build)
+    schedule.children = tuple(schedulers)
+    return schedule
 
 
 def chained_scheduler(base_lr: float, schedulers: Sequence[TorchSchedule]) -> TorchSchedule:
     """``ChainedScheduler``: every sub-scheduler steps the shared lr in turn."""
     _check_subschedules("ChainedScheduler", base_lr, schedulers, " to be chained")
-    return TorchSchedule("chained_scheduler", base_lr, lambda g: _ChainedScheduler(g, [s.build(g) for s in schedulers]))
+    schedule = TorchSchedule("chained_scheduler", base_lr, lambda g: _ChainedScheduler(g, [s.build(g) for s in schedulers]))
+    schedule.children = tuple(schedulers)
+    return schedule
 
 
 # torch's name, snake_case like the others: a metric-driven host schedule.

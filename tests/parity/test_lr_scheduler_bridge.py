@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from jax_impl.optim import lr_scheduler as S
 from parity.config import SchedulerConfig, config_from_dict
 from parity.lr_scheduler import (
     build_jax_schedule,
@@ -164,10 +165,11 @@ def test_load_rejects_other_hyperparameters() -> None:
         load_scheduler_state({"gamma": 0.1})
 
 
-def test_nested_state_dict_not_provided() -> None:
-    section = {"name": "ChainedScheduler", "schedulers": [{"name": "ExponentialLR", "gamma": 0.9}]}
+def test_doubly_nested_state_dict_not_provided() -> None:
+    inner = {"name": "ChainedScheduler", "schedulers": [{"name": "ExponentialLR", "gamma": 0.9}]}
+    section = {"name": "SequentialLR", "milestones": [2], "schedulers": [{"name": "ConstantLR"}, inner]}
     with pytest.raises(NotImplementedError, match="nested"):
-        scheduler_state_dict(build_jax_schedule(section, BASE_LR), 3)
+        scheduler_state_dict(build_jax_schedule(section, BASE_LR), 1)
 
 
 @pytest.mark.parametrize(
@@ -193,3 +195,42 @@ def test_unknown_and_unsupported_names() -> None:
         assert isinstance(plateau, ReduceLROnPlateau)
     with pytest.raises(NotImplementedError, match="last_epoch"):
         build_jax_schedule({"name": "StepLR", "step_size": 3, "last_epoch": 4}, BASE_LR)
+
+
+NESTED = [
+    (
+        lambda o: torch.optim.lr_scheduler.SequentialLR(
+            o, [torch.optim.lr_scheduler.LinearLR(o, 0.1, total_iters=3), torch.optim.lr_scheduler.CosineAnnealingLR(o, 10)], milestones=[3]
+        ),
+        lambda: S.sequential_lr(0.1, schedulers=[S.linear_lr(0.1, start_factor=0.1, total_iters=3), S.cosine_annealing_lr(0.1, T_max=10)], milestones=[3]),
+    ),
+    (
+        lambda o: torch.optim.lr_scheduler.ChainedScheduler([torch.optim.lr_scheduler.ExponentialLR(o, 0.9), torch.optim.lr_scheduler.StepLR(o, 2)]),
+        lambda: S.chained_scheduler(0.1, schedulers=[S.exponential_lr(0.1, gamma=0.9), S.step_lr(0.1, step_size=2)]),
+    ),
+    (
+        lambda o: torch.optim.lr_scheduler.SequentialLR(
+            o,
+            [torch.optim.lr_scheduler.ConstantLR(o, 0.5, total_iters=4), torch.optim.lr_scheduler.ExponentialLR(o, 0.95), torch.optim.lr_scheduler.StepLR(o, 3)],
+            milestones=[4, 9],
+        ),
+        lambda: S.sequential_lr(
+            0.1, schedulers=[S.constant_lr(0.1, factor=0.5, total_iters=4), S.exponential_lr(0.1, gamma=0.95), S.step_lr(0.1, step_size=3)], milestones=[4, 9]
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("make_torch, make_ours", NESTED)
+@pytest.mark.parametrize("k", [0, 1, 3, 4, 9, 10, 25])
+def test_nested_state_dict_equals_torch(make_torch, make_ours, k):
+    from parity.lr_scheduler import load_scheduler_state, scheduler_state_dict
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = make_torch(opt)
+    for _ in range(k):
+        opt.step()
+        sched.step()
+    ours = make_ours()
+    assert scheduler_state_dict(ours, k) == sched.state_dict()
+    assert load_scheduler_state(sched.state_dict(), ours) == k
