@@ -1,14 +1,13 @@
 """Every scheduler driving a jax_impl optimizer: the float32 trajectory equals torch's bit for bit."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
 from jax_impl import optim
 from jax_impl.optim import lr_scheduler as S
-from parity import assert_parity, strict_numerics
+from parity import strict_numerics
+from tests.optim._scheduled import assert_same_trajectory
 
 L = torch.optim.lr_scheduler
 BASE = 0.05
@@ -61,14 +60,4 @@ def test_sgd_driven_by_scheduler_matches_torch(name):
     schedule = make_ours()
     with strict_numerics():
         tx = optim.sgd(lr=schedule, momentum=schedule.momentum if cycles else 0.9, nesterov=True)
-    jax_params = {k: jnp.asarray(v) for k, v in params.items()}
-    state = tx.init(jax_params)
-    step = jax.jit(tx.step)
-    for _ in range(STEPS):
-        grads = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-        for k, p in torch_params.items():
-            p.grad = torch.from_numpy(grads[k])
-        torch_opt.step()
-        torch_sched.step()
-        jax_params, state = step(grads, state, jax_params)
-    assert_parity({k: v.detach() for k, v in torch_params.items()}, jax_params)  # bit-identical
+    assert_same_trajectory(torch_params, torch_opt, torch_sched, tx, params, shapes, rng, STEPS)

@@ -1,13 +1,12 @@
 """One torch scheduler over several param groups == one jax_impl schedule per group (each from its own base lr)."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 
 from jax_impl import optim
 from jax_impl.optim import lr_scheduler as S
-from parity import assert_parity, strict_numerics
+from parity import strict_numerics
+from tests.optim._scheduled import assert_same_trajectory
 
 
 def test_cosine_warmup_over_two_groups_with_different_base_lrs():
@@ -26,14 +25,4 @@ def test_cosine_warmup_over_two_groups_with_different_base_lrs():
 
     with strict_numerics():
         tx = optim.param_groups(optim.adamw, [{"params": "body", "lr": schedule(1e-3)}, {"params": "head", "lr": schedule(3e-2)}])
-    jax_params = {k: jnp.asarray(v) for k, v in params.items()}
-    state = tx.init(jax_params)
-    step = jax.jit(tx.step)
-    for _ in range(80):
-        grads = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-        for k, p in torch_params.items():
-            p.grad = torch.from_numpy(grads[k])
-        torch_opt.step()
-        torch_sched.step()
-        jax_params, state = step(grads, state, jax_params)
-    assert_parity({k: v.detach() for k, v in torch_params.items()}, jax_params)  # bit-identical
+    assert_same_trajectory(torch_params, torch_opt, torch_sched, tx, params, shapes, rng, 80)
