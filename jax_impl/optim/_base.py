@@ -212,6 +212,7 @@ def torch_optimizer(
     def step_fn(grads: Any, state: Any, params: Any) -> tuple[Any, Any]:
         if params is None:
             raise ValueError("torch optimizers update parameters in place: pass params to update()")
+        _check_structure(grads, params)
         count = state[0]
         leaf_states = tuple(state[1 : 1 + n_leaf])
         sstate = tuple(state[1 + n_leaf :])
@@ -232,6 +233,22 @@ def torch_optimizer(
 def _unzip(treedef: Any, flat: list[tuple[Any, ...]], start: int, stop: int) -> list[Any]:
     """Per-leaf tuples -> one tree per tuple position in ``range(start, stop)``."""
     return [treedef.unflatten([item[i] for item in flat]) for i in range(start, stop)]
+
+
+def _check_structure(grads: Any, params: Any) -> None:
+    """Grads must mirror params leaf for leaf; ``None`` grads (frozen params) are named, not mis-mapped."""
+    if jax.tree.structure(grads) == jax.tree.structure(params):
+        return
+    paths = lambda tree: {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}  # noqa: E731
+    missing = sorted(paths(params) - paths(grads))
+    extra = sorted(paths(grads) - paths(params))
+    raise ValueError(
+        "gradients do not match the parameter tree"
+        + (f"; no gradient for {', '.join(missing)}" if missing else "")
+        + (f"; gradients without a parameter: {', '.join(extra)}" if extra else "")
+        + ". torch skips parameters whose .grad is None and keeps their step counts apart; here every"
+        " parameter steps together: give frozen parameters zero gradients or leave them out of the tree"
+    )
 
 
 def _check_leaf(grad: jax.Array, param: jax.Array) -> None:

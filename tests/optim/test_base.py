@@ -171,3 +171,16 @@ def test_rosenbrock_own_gradients(name, dtype, parity_record):
     report = H.compare({k: v.detach() for k, v in torch_params.items()}, params, rtol=rtol)
     parity_record(f"{H.TORCH_NAMES[name]} {dtype} Rosenbrock 200 steps, own gradients", report)
     assert report.passed, report.table()
+
+
+def test_missing_gradients_are_named():
+    import jax.numpy as jnp
+    import pytest
+
+    from jax_impl import optim
+
+    tx = optim.adam(lr=0.1)
+    params = {"a": jnp.ones(2), "b": jnp.ones(3)}
+    state = tx.init(params)
+    with pytest.raises(ValueError, match=r"no gradient for \['b'\]"):
+        tx.step({"a": jnp.ones(2), "b": None}, state, params)
