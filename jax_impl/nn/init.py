@@ -1,0 +1,322 @@
+"""``torch.nn.init`` as pure functions of a PRNG key.
+
+Every initialiser is ``f(key, shape, dtype=jnp.float32, **torch_kwargs) -> jax.Array``
+and draws from the *same distribution* as its torch namesake (same bounds,
+std, fan mode and gain; same validation messages), not the same bits.
+Formulas follow torch 2.13 ``torch/nn/init.py``:
+
+- ``xavier_uniform_``:  U(-a, a), a = gain * sqrt(3) * sqrt(2 / (fan_in + fan_out))
+- ``xavier_normal_``:   N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out))
+- ``kaiming_uniform_``: U(-b, b), b = sqrt(3) * gain(nonlinearity, a) / sqrt(fan)
+- ``kaiming_normal_``:  N(0, std^2), std = gain(nonlinearity, a) / sqrt(fan)
+
+with ``fan_in = shape[1] * prod(shape[2:])``, ``fan_out = shape[0] * prod(shape[2:])``.
+``linear_default`` / ``conv_default`` reproduce the layers' ``reset_parameters``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "calculate_gain",
+    "calculate_fan_in_and_fan_out",
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "constant_",
+    "ones_",
+    "zeros_",
+    "eye_",
+    "dirac_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "orthogonal_",
+    "sparse_",
+    "linear_default",
+    "conv_default",
+]
+
+Shape = Sequence[int]
+
+_LINEAR_FNS = (
+    "linear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+)
+
+
+def calculate_gain(nonlinearity: str, param: int | float | None = None) -> float:
+    """Recommended gain for ``nonlinearity``; values and errors as torch's."""
+    if nonlinearity in _LINEAR_FNS or nonlinearity == "sigmoid":
+        return 1
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        if param is None:
+            negative_slope = 0.01
+        # torch rejects bool (an int subclass) but accepts any other int or float.
+        elif not isinstance(param, bool) and isinstance(param, int) or isinstance(param, float):
+            negative_slope = param
+        else:
+            raise ValueError(f"negative_slope {param} not a valid number")
+        return math.sqrt(2.0 / (1 + negative_slope**2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+
+def calculate_fan_in_and_fan_out(shape: Shape) -> tuple[int, int]:
+    """torch's ``_calculate_fan_in_and_fan_out`` for a weight of ``shape``."""
+    shape = tuple(shape)
+    if len(shape) < 2:
+        raise ValueError(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        )
+    receptive_field_size = math.prod(shape[2:])
+    return shape[1] * receptive_field_size, shape[0] * receptive_field_size
+
+
+def _calculate_correct_fan(shape: Shape, mode: str) -> int:
+    mode = mode.lower()  # torch lower-cases before validating (and in the message)
+    valid_modes = ["fan_in", "fan_out"]
+    if mode not in valid_modes:
+        raise ValueError(f"Mode {mode} not supported, please use one of {valid_modes}")
+    fan_in, fan_out = calculate_fan_in_and_fan_out(shape)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def _cpp_float(x: float) -> str:
+    # ATen formats doubles through an ostream (precision 6): 1 -> "1", 3e38 -> "3e+38".
+    return f"{x:g}"
+
+
+def uniform_(key, shape: Shape, dtype=jnp.float32, a: float = 0.0, b: float = 1.0) -> jax.Array:
+    """U(a, b) on [a, b), like ``Tensor.uniform_`` (including its range checks)."""
+    if a > b:
+        raise RuntimeError(
+            f"uniform_ expects to return a [from, to) range, but found "
+            f"from={_cpp_float(a)} > to={_cpp_float(b)}"
+        )
+    if b - a > float(jnp.finfo(dtype).max):
+        raise RuntimeError(
+            "uniform_ expects to-from <= std::numeric_limits<Float>::max(), but found "
+            f"to={_cpp_float(b)} and from={_cpp_float(a)} which result in to-from to exceed the limit"
+        )
+    return jax.random.uniform(key, tuple(shape), dtype, minval=a, maxval=b)
+
+
+def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float = 1.0) -> jax.Array:
+    """N(mean, std^2), like ``Tensor.normal_`` (which rejects std < 0)."""
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {_cpp_float(std)}")
+    return mean + std * jax.random.normal(key, tuple(shape), dtype)
+
+
+def trunc_normal_(
+    key,
+    shape: Shape,
+    dtype=jnp.float32,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+) -> jax.Array:
+    """N(mean, std^2) conditioned on [a, b] (torch redraws; we sample the same law)."""
+    if (mean < a - 2 * std) or (mean > b + 2 * std):
+        warnings.warn(
+            "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
+            "The distribution of values may be incorrect.",
+            stacklevel=2,
+        )
+    lower, upper = (a - mean) / std, (b - mean) / std
+    z = jax.random.truncated_normal(key, lower, upper, tuple(shape), jnp.float32)
+    # Rounding mean + std*z to dtype could step outside [a, b]; torch never returns such values.
+    return jnp.clip(mean + std * z, a, b).astype(dtype)
+
+
+def constant_(key, shape: Shape, dtype=jnp.float32, val: float = 0.0) -> jax.Array:
+    """Fill with ``val`` (``key`` is unused; kept for a uniform signature)."""
+    del key
+    return jnp.full(tuple(shape), val, dtype)
+
+
+def ones_(key, shape: Shape, dtype=jnp.float32) -> jax.Array:
+    return constant_(key, shape, dtype, 1.0)
+
+
+def zeros_(key, shape: Shape, dtype=jnp.float32) -> jax.Array:
+    return constant_(key, shape, dtype, 0.0)
+
+
+def eye_(key, shape: Shape, dtype=jnp.float32) -> jax.Array:
+    """Identity of a 2-D ``shape`` (as ``torch.eye(*shape)``)."""
+    del key
+    if len(shape) != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    return jnp.eye(*shape, dtype=dtype)
+
+
+def dirac_(key, shape: Shape, dtype=jnp.float32, groups: int = 1) -> jax.Array:
+    """Dirac delta for a {3,4,5}-D conv weight; each group preserves identity."""
+    del key
+    shape = tuple(shape)
+    if len(shape) not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if shape[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    out_chans_per_grp = shape[0] // groups
+    min_dim = min(out_chans_per_grp, shape[1])
+    w = np.zeros(shape, dtype=np.float32)
+    centre = tuple(s // 2 for s in shape[2:])
+    for g in range(groups):
+        for d in range(min_dim):
+            w[(g * out_chans_per_grp + d, d, *centre)] = 1
+    return jnp.asarray(w, dtype)
+
+
+def xavier_uniform_(key, shape: Shape, dtype=jnp.float32, gain: float = 1.0) -> jax.Array:
+    fan_in, fan_out = calculate_fan_in_and_fan_out(shape)
+    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    a = math.sqrt(3.0) * std
+    return uniform_(key, shape, dtype, -a, a)
+
+
+def xavier_normal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1.0) -> jax.Array:
+    fan_in, fan_out = calculate_fan_in_and_fan_out(shape)
+    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    return normal_(key, shape, dtype, 0.0, std)
+
+
+def _kaiming_std(shape: Shape, a: float, mode: str, nonlinearity: str) -> float | None:
+    # torch checks for zero elements *before* validating mode: warn, skip the rest.
+    if 0 in tuple(shape):
+        warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+        return None
+    fan = _calculate_correct_fan(shape, mode)
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+
+def kaiming_uniform_(
+    key,
+    shape: Shape,
+    dtype=jnp.float32,
+    a: float = 0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+) -> jax.Array:
+    std = _kaiming_std(shape, a, mode, nonlinearity)
+    if std is None:
+        return jnp.zeros(tuple(shape), dtype)
+    bound = math.sqrt(3.0) * std
+    return uniform_(key, shape, dtype, -bound, bound)
+
+
+def kaiming_normal_(
+    key,
+    shape: Shape,
+    dtype=jnp.float32,
+    a: float = 0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+) -> jax.Array:
+    std = _kaiming_std(shape, a, mode, nonlinearity)
+    if std is None:
+        return jnp.zeros(tuple(shape), dtype)
+    return normal_(key, shape, dtype, 0.0, std)
+
+
+def orthogonal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1) -> jax.Array:
+    """(Semi-)orthogonal matrix times ``gain``, trailing dims flattened (Haar via QR sign fix)."""
+    shape = tuple(shape)
+    if len(shape) < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if math.prod(shape) == 0:
+        return jnp.zeros(shape, dtype)
+    rows = shape[0]
+    cols = math.prod(shape) // rows
+    work = jnp.promote_types(dtype, jnp.float32)  # QR needs >= float32
+    flattened = jax.random.normal(key, (rows, cols), work)
+    if rows < cols:
+        flattened = flattened.T
+    q, r = jnp.linalg.qr(flattened)
+    # Make Q Haar-distributed (https://arxiv.org/pdf/math-ph/0609050.pdf), as torch does.
+    q = q * jnp.sign(jnp.diagonal(r))
+    if rows < cols:
+        q = q.T
+    return (q.reshape(shape) * gain).astype(dtype)
+
+
+def sparse_(key, shape: Shape, dtype=jnp.float32, sparsity: float = 0.0, std: float = 0.01) -> jax.Array:
+    """N(0, std^2) with ``ceil(sparsity * rows)`` random zeros in every column."""
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = shape
+    # torch zeros ``randperm(rows)[:num_zeros]``; Python slicing (also for a negative
+    # num_zeros) decides how many rows that really is.
+    n_zero = len(range(rows)[: math.ceil(sparsity * rows)])
+    k_val, k_perm = jax.random.split(key)
+    values = normal_(k_val, shape, dtype, 0.0, std)
+    # A uniformly random subset of n_zero rows per column: ranks of i.i.d. uniforms.
+    ranks = jnp.argsort(jnp.argsort(jax.random.uniform(k_perm, shape), axis=0), axis=0)
+    return jnp.where(ranks < n_zero, jnp.zeros((), dtype), values)
+
+
+def _layer_default(key, weight_shape: Shape, bias_shape: Shape | None, dtype) -> dict[str, jax.Array]:
+    # torch Linear/_ConvNd.reset_parameters: kaiming_uniform_(W, a=sqrt(5)), then
+    # bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in from the weight's own layout.
+    k_w, k_b = jax.random.split(key)
+    params = {"weight": kaiming_uniform_(k_w, weight_shape, dtype, a=math.sqrt(5))}
+    if bias_shape is not None:
+        fan_in, _ = calculate_fan_in_and_fan_out(weight_shape)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        params["bias"] = uniform_(k_b, bias_shape, dtype, -bound, bound)
+    return params
+
+
+def linear_default(
+    key, out_features: int, in_features: int, bias: bool = True, dtype=jnp.float32
+) -> dict[str, jax.Array]:
+    """``nn.Linear`` init: ``{"weight": (out, in), "bias": (out,)}`` (no bias key if ``bias=False``)."""
+    return _layer_default(key, (out_features, in_features), (out_features,) if bias else None, dtype)
+
+
+def conv_default(
+    key,
+    out_channels: int,
+    in_channels_per_group: int,
+    kernel_size: Sequence[int],
+    bias: bool = True,
+    transposed: bool = False,
+    groups: int = 1,
+    dtype=jnp.float32,
+) -> dict[str, jax.Array]:
+    """``nn.Conv{n}d`` / ``nn.ConvTranspose{n}d`` init, torch layouts.
+
+    Conv weight: ``(out_channels, in_channels_per_group, *kernel_size)``.
+    ConvTranspose weight: ``(in_channels_per_group * groups, out_channels // groups,
+    *kernel_size)``, so its fan_in is ``(out_channels // groups) * prod(kernel_size)``.
+    """
+    if isinstance(kernel_size, int):
+        raise TypeError("kernel_size must be a sequence (one entry per spatial dim)")
+    kernel_size = tuple(kernel_size)
+    if transposed:
+        weight_shape = (in_channels_per_group * groups, out_channels // groups, *kernel_size)
+    else:
+        weight_shape = (out_channels, in_channels_per_group, *kernel_size)
+    return _layer_default(key, weight_shape, (out_channels,) if bias else None, dtype)
