@@ -1,0 +1,377 @@
+"""torch.nn.functional's conv, pool, linear and pad ops on NCHW jax arrays.
+
+Every function takes torch's argument names and defaults and reproduces its
+output shapes, padding rules and divisors (see REFERENCE-nn-data.md part A,
+checked against torch 2.13 CPU). Inputs may be batched ``(N, C, *S)`` or
+unbatched ``(C, *S)``, as in torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+_HIGHEST = lax.Precision.HIGHEST
+_DIMENSION_NUMBERS = {
+    1: ("NCH", "OIH", "NCH"),
+    2: ("NCHW", "OIHW", "NCHW"),
+    3: ("NCDHW", "OIDHW", "NCDHW"),
+}
+
+
+def _ntuple(value, nd: int, name: str) -> tuple[int, ...]:
+    if isinstance(value, Sequence):
+        value = tuple(int(v) for v in value)
+        if len(value) == 1:
+            value = value * nd
+        if len(value) != nd:
+            raise ValueError(f"{name} must be an int or a tuple of {nd} ints, got {value}")
+        return value
+    return (int(value),) * nd
+
+
+def _batched(x, nd: int, fn: str):
+    """Add a batch axis to unbatched input, as torch accepts ``(C, *S)``."""
+    if x.ndim == nd + 2:
+        return x, False
+    if x.ndim == nd + 1:
+        return x[None], True
+    raise ValueError(f"{fn}: expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input, got {x.ndim}D")
+
+
+def _add_bias(y, bias, nd: int):
+    if bias is None:
+        return y
+    return y + jnp.reshape(bias, (1, -1) + (1,) * nd)
+
+
+# ----------------------------------------------------------------------------- conv
+
+
+def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
+    x, unbatched = _batched(jnp.asarray(input), nd, f"conv{nd}d")
+    weight = jnp.asarray(weight)
+    stride = _ntuple(stride, nd, "stride")
+    dilation = _ntuple(dilation, nd, "dilation")
+    kernel = weight.shape[2:]
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = [(0, 0)] * nd
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                # torch/nn/functional.py conv docs; aten Convolution.cpp
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            # torch puts the odd element of an even total on the high side
+            # (torch/nn/modules/conv.py, _ConvNd.__init__).
+            totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+            pads = [(t // 2, t - t // 2) for t in totals]
+        else:
+            raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+    else:
+        pads = [(p, p) for p in _ntuple(padding, nd, "padding")]
+    if x.shape[1] != weight.shape[1] * groups:
+        raise ValueError(
+            f"Given groups={groups}, weight of size {tuple(weight.shape)}, expected input"
+            f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
+        )
+    y = lax.conv_general_dilated(
+        x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
+        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+    )
+    y = _add_bias(y, bias, nd)
+    return y[0] if unbatched else y
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv1d``: weight ``(out, in/groups, k)``."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv2d``: weight ``(out, in/groups, kH, kW)``."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv3d``: weight ``(out, in/groups, kD, kH, kW)``."""
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    x, unbatched = _batched(jnp.asarray(input), nd, f"conv_transpose{nd}d")
+    weight = jnp.asarray(weight)
+    stride = _ntuple(stride, nd, "stride")
+    padding = _ntuple(padding, nd, "padding")
+    output_padding = _ntuple(output_padding, nd, "output_padding")
+    dilation = _ntuple(dilation, nd, "dilation")
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op >= s and op >= d:
+            raise ValueError("output padding must be smaller than either stride or dilation")
+    c_in, c_out_g, *kernel = weight.shape
+    # torch weight (in, out/g, *K) -> forward OIHW (out, in/g, *K), spatially flipped:
+    # the transpose conv is the forward conv on the stride-dilated input.
+    w = weight.reshape(groups, c_in // groups, c_out_g, *kernel).swapaxes(1, 2)
+    w = w.reshape(groups * c_out_g, c_in // groups, *kernel)
+    w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+    # Negative pads crop, which is how torch's padding shrinks the output.
+    pads = [
+        (d * (k - 1) - p, d * (k - 1) - p + op)
+        for k, p, op, d in zip(kernel, padding, output_padding, dilation)
+    ]
+    y = lax.conv_general_dilated(
+        x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
+        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+    )
+    y = _add_bias(y, bias, nd)
+    return y[0] if unbatched else y
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose1d``: weight ``(in, out/groups, k)``."""
+    return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose2d``: weight ``(in, out/groups, kH, kW)``."""
+    return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose3d``: weight ``(in, out/groups, kD, kH, kW)``."""
+    return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def linear(input, weight, bias=None):
+    """``torch.nn.functional.linear``: ``input @ weight.T + bias``, weight ``(out, in)``."""
+    y = jnp.matmul(jnp.asarray(input), jnp.asarray(weight).T, precision=_HIGHEST)
+    return y if bias is None else y + bias
+
+
+# ----------------------------------------------------------------------------- pooling
+
+
+def _pool_output_size(length, k, s, p, d, ceil_mode):
+    """aten/src/ATen/native/Pool.h ``pooling_output_shape_pad_lr``."""
+    numerator = length + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
+    out = numerator // s + 1
+    # In ceil mode the last window must start inside the input or the left padding.
+    if ceil_mode and (out - 1) * s >= length + p:
+        out -= 1
+    if out < 1:
+        raise ValueError(f"Output size is too small (computed {out} from input size {length})")
+    return out
+
+
+def _pool_args(nd, x, kernel_size, stride, padding, dilation, fn):
+    kernel = _ntuple(kernel_size, nd, "kernel_size")
+    # torch: stride=None (or an empty list) means stride = kernel_size.
+    stride = kernel if stride is None or stride == [] or stride == () else _ntuple(stride, nd, "stride")
+    padding = _ntuple(padding, nd, "padding")
+    dilation = _ntuple(dilation, nd, "dilation")
+    for k, p, d in zip(kernel, padding, dilation):
+        if fn == "max_pool1d" and p > k // 2:
+            # aten MaxPooling.cpp checks max_pool1d separately, ignoring dilation.
+            raise ValueError(
+                f"max_pool1d() padding should be at most half of kernel size, but got padding={p} and kernel_size={k}"
+            )
+        if p > ((k - 1) * d + 1) // 2:
+            raise ValueError(
+                "pad should be at most half of effective kernel size, but got "
+                f"pad={p}, kernel_size={k} and dilation={d}"
+            )
+    return kernel, stride, padding, dilation
+
+
+def _crop_unused_tail(x, pads):
+    """Drop trailing elements no window reaches (a negative high pad).
+
+    jax's reduce_window VJP rejects negative padding, so crop the input instead.
+    """
+    for axis, (lo, hi) in enumerate(pads):
+        if hi < 0:
+            x = lax.slice_in_dim(x, 0, x.shape[axis] + hi, axis=axis)
+    return x, [(lo, max(hi, 0)) for lo, hi in pads]
+
+
+def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, fn):
+    x, unbatched = _batched(jnp.asarray(input), nd, fn)
+    kernel, stride, padding, dilation = _pool_args(nd, x, kernel_size, stride, padding, dilation, fn)
+    pads = [(0, 0), (0, 0)]
+    for length, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation):
+        out = _pool_output_size(length, k, s, p, d, ceil_mode)
+        # High pad extended (or cropped) so exactly `out` windows exist.
+        pads.append((p, (out - 1) * s + d * (k - 1) + 1 - length - p))
+    # A concrete (numpy) init lets lax pick the differentiable max/sum window reducers under jit.
+    init = np.array(-np.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min, x.dtype)
+    x, pads = _crop_unused_tail(x, pads)
+    if all(d == 1 for d in dilation):
+        y = lax.reduce_window(x, init, lax.max, (1, 1) + kernel, (1, 1) + stride, pads)
+    else:
+        # jax has no VJP for dilated max reduce_window: take the max over the
+        # k1*k2*... strided views of the -inf padded input instead.
+        xp = lax.pad(x, init, [(lo, hi, 0) for lo, hi in pads])
+        out = [_pool_output_size(n, k, s, p, d, ceil_mode)
+               for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
+        views = []
+        for offset in np.ndindex(*kernel):
+            start = (0, 0) + tuple(o * d for o, d in zip(offset, dilation))
+            limit = xp.shape[:2] + tuple(st + (n - 1) * s + 1 for st, n, s in zip(start[2:], out, stride))
+            views.append(lax.slice(xp, start, limit, (1, 1) + stride))
+        y = jnp.max(jnp.stack(views), axis=0)
+    return y[0] if unbatched else y
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """``torch.nn.functional.max_pool1d`` (padding is -inf; no ``return_indices``)."""
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool1d")
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """``torch.nn.functional.max_pool2d`` (padding is -inf; no ``return_indices``)."""
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """``torch.nn.functional.max_pool3d`` (padding is -inf; no ``return_indices``)."""
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool3d")
+
+
+def _avg_divisor_1d(length, out, k, s, p, count_include_pad):
+    """Per-output divisor along one axis (aten/src/ATen/native/cpu/AvgPoolKernel.cpp).
+
+    ``pool_size`` counts the left/right padding but not a ceil-mode window's
+    overhang past ``length + p``; without ``count_include_pad`` only input
+    elements count.
+    """
+    start = np.arange(out) * s - p
+    end = np.minimum(start + k, length + p)
+    if count_include_pad:
+        return (end - start).astype(np.float64)
+    return (np.minimum(end, length) - np.maximum(start, 0)).astype(np.float64)
+
+
+def _avg_pool(nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, fn):
+    x, unbatched = _batched(jnp.asarray(input), nd, fn)
+    kernel, stride, padding, _ = _pool_args(nd, x, kernel_size, stride, padding, 1, fn)
+    if divisor_override is not None and divisor_override == 0:
+        raise ValueError("divisor must be not zero")
+    pads = [(0, 0), (0, 0)]
+    divisor = np.ones((), np.float64)
+    for length, k, s, p in zip(x.shape[2:], kernel, stride, padding):
+        out = _pool_output_size(length, k, s, p, 1, ceil_mode)
+        pads.append((p, (out - 1) * s + k - length - p))
+        div_axis = _avg_divisor_1d(length, out, k, s, p, count_include_pad)
+        divisor = np.multiply.outer(divisor, div_axis)
+    x, pads = _crop_unused_tail(x, pads)
+    summed = lax.reduce_window(x, np.array(0, x.dtype), lax.add, (1, 1) + kernel, (1, 1) + stride, pads)
+    if divisor_override is not None:
+        y = summed / divisor_override
+    else:
+        y = summed / jnp.asarray(divisor, x.dtype)
+    return y[0] if unbatched else y
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """``torch.nn.functional.avg_pool1d`` (torch's has no ``divisor_override``)."""
+    return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, "avg_pool1d")
+
+
+def avg_pool2d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
+    """``torch.nn.functional.avg_pool2d``."""
+    return _avg_pool(
+        2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool2d"
+    )
+
+
+def avg_pool3d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
+    """``torch.nn.functional.avg_pool3d``."""
+    return _avg_pool(
+        3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d"
+    )
+
+
+def _adaptive_bins(length, out):
+    """aten AdaptivePooling.h: bin i is [floor(i*L/O), ceil((i+1)*L/O))."""
+    return [((i * length) // out, -((-(i + 1) * length) // out)) for i in range(out)]
+
+
+def _adaptive_output_size(nd, x, output_size):
+    sizes = output_size if isinstance(output_size, Sequence) else (output_size,) * nd
+    if len(sizes) == 1:
+        sizes = tuple(sizes) * nd
+    # torch: None keeps that dimension's input size.
+    return [length if o is None else int(o) for length, o in zip(x.shape[2:], sizes)]
+
+
+def _adaptive_pool(nd, input, output_size, reduce, fn):
+    x, unbatched = _batched(jnp.asarray(input), nd, fn)
+    # Both mean and max over a box factor into one reduction per axis.
+    for axis, out in enumerate(_adaptive_output_size(nd, x, output_size), start=2):
+        slices = [
+            reduce(lax.slice_in_dim(x, lo, hi, axis=axis), axis=axis, keepdims=True)
+            for lo, hi in _adaptive_bins(x.shape[axis], out)
+        ]
+        x = jnp.concatenate(slices, axis=axis)
+    return x[0] if unbatched else x
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """``torch.nn.functional.adaptive_avg_pool1d``."""
+    return _adaptive_pool(1, input, output_size, jnp.mean, "adaptive_avg_pool1d")
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """``torch.nn.functional.adaptive_avg_pool2d``."""
+    return _adaptive_pool(2, input, output_size, jnp.mean, "adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """``torch.nn.functional.adaptive_avg_pool3d``."""
+    return _adaptive_pool(3, input, output_size, jnp.mean, "adaptive_avg_pool3d")
+
+
+def adaptive_max_pool2d(input, output_size):
+    """``torch.nn.functional.adaptive_max_pool2d`` (no ``return_indices``)."""
+    return _adaptive_pool(2, input, output_size, jnp.max, "adaptive_max_pool2d")
+
+
+# ----------------------------------------------------------------------------- pad
+
+_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(input, pad, mode="constant", value=None):
+    """``torch.nn.functional.pad``.
+
+    ``pad`` lists ``(left, right)`` pairs starting from the **last** dimension,
+    as torch does. Constant mode accepts negative pads (cropping) like torch.
+    """
+    x = jnp.asarray(input)
+    if len(pad) % 2 != 0:
+        raise ValueError("Padding length must be divisible by 2")
+    n = len(pad) // 2
+    if n > x.ndim:
+        raise ValueError("Padding length should be less than or equal to two times the input dimension")
+    widths = [(0, 0)] * (x.ndim - n) + [(int(pad[2 * i]), int(pad[2 * i + 1])) for i in reversed(range(n))]
+    if mode == "constant":
+        fill = jnp.array(0 if value is None else value, x.dtype)
+        return lax.pad(x, fill, [(lo, hi, 0) for lo, hi in widths])
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"Unsupported padding mode: {mode}")
+    if value not in (None, 0):
+        raise ValueError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    for (lo, hi), size in zip(widths[x.ndim - n:], x.shape[x.ndim - n:]):
+        if mode == "reflect" and (lo >= size or hi >= size):
+            raise ValueError("Padding size should be less than the corresponding input dimension")
+        if mode == "circular" and (lo > size or hi > size):
+            raise ValueError("Padding value causes wrapping around more than once.")
+        if lo < 0 or hi < 0:
+            raise NotImplementedError(f"negative padding is only supported in constant mode here, got {pad}")
+    return jnp.pad(x, widths, mode=_PAD_MODES[mode])
