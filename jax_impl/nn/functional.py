@@ -182,6 +182,15 @@ def _pool_args(nd, x, kernel_size, stride, padding, dilation, fn):
                 "pad should be at most half of effective kernel size, but got "
                 f"pad={p}, kernel_size={k} and dilation={d}"
             )
+    # Then torch's 2d/3d max pools check padding against the undilated kernel, with their own messages.
+    if fn in ("max_pool2d", "max_pool3d") and any(p > k // 2 for k, p in zip(kernel, padding)):
+        if fn == "max_pool2d":
+            (kh, kw), (ph, pw) = kernel, padding
+            detail = f"padW = {pw}, padH = {ph}, kW = {kw}, kH = {kh}"
+        else:
+            (kt, kh, kw), (pt, ph, pw) = kernel, padding
+            detail = f"kT: {kt} kW: {kw} kH: {kh} padT: {pt} padW: {pw} padH: {ph}"
+        raise ValueError(f"pad should be smaller than or equal to half of kernel size, but got {detail}")
     return kernel, stride, padding, dilation
 
 

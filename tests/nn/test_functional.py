@@ -150,8 +150,8 @@ def pool_case(draw, dilated):
     k = tuple(draw(st.integers(1, 3)) for _ in range(nd))
     d = tuple(draw(st.integers(1, 2)) if dilated else 1 for _ in range(nd))
     s = draw(st.one_of(st.none(), st.tuples(*[st.integers(1, 3)] * nd)))
-    # torch's 1d/3d max pools check pad <= k/2, ignoring dilation.
-    bound = [min(((ki - 1) * di + 1) // 2, ki // 2 if nd != 2 else 99) for ki, di in zip(k, d)]
+    # torch checks pad <= k // 2 on the undilated kernel (and <= half the dilated one).
+    bound = [min(((ki - 1) * di + 1) // 2, ki // 2) for ki, di in zip(k, d)]
     p = tuple(draw(st.integers(0, b)) for b in bound)
     size = tuple(draw(st.integers(1, 7)) + di * (ki - 1) for ki, di in zip(k, d))
     return nd, k, s, p, d, size, draw(st.booleans()), draw(st.sampled_from([None, 2]))
@@ -239,3 +239,21 @@ def test_pad_matches_torch(mode, n_dims, data, seed):
     kw = dict(mode=mode, value=1.5) if mode == "constant" else dict(mode=mode)
     x = _randn(np.random.default_rng(seed), 2, 2, *size)
     _compare(lambda x: F.pad(x, pads, **kw), lambda x: TF.pad(x, pads, **kw), [x], 1e-6, 1e-6, seed)
+
+
+def test_max_pool_padding_checks_match_torch():
+    # torch checks max-pool padding against the undilated kernel (2d/3d/1d each with its own message).
+    import pytest
+
+    cases = [
+        (F.max_pool2d, TF.max_pool2d, (1, 2, 5, 9), dict(kernel_size=(1, 3), padding=(0, 2), dilation=(1, 2))),
+        (F.max_pool3d, TF.max_pool3d, (1, 2, 5, 5, 9), dict(kernel_size=(1, 1, 3), padding=(0, 0, 2), dilation=(1, 1, 2))),
+        (F.max_pool1d, TF.max_pool1d, (1, 2, 9), dict(kernel_size=3, padding=2, dilation=2)),
+        (F.avg_pool2d, TF.avg_pool2d, (1, 2, 5, 9), dict(kernel_size=(1, 3), padding=(0, 2))),
+    ]
+    for ours, theirs, shape, kw in cases:
+        with pytest.raises(RuntimeError) as torch_error:
+            theirs(torch.ones(shape), **kw)
+        with pytest.raises(ValueError) as our_error:
+            ours(np.ones(shape, np.float32), **kw)
+        assert str(our_error.value) == str(torch_error.value)
