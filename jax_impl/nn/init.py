@@ -219,6 +219,7 @@ def kaiming_uniform_(
     mode: str = "fan_in",
     nonlinearity: str = "leaky_relu",
 ) -> jax.Array:
+    """``torch.nn.init.kaiming_uniform_``: U(-b, b), ``b = gain(nonlinearity, a) * sqrt(3 / fan_mode)``."""
     std = _kaiming_std(shape, a, mode, nonlinearity)
     if std is None:
         return jnp.zeros(tuple(shape), dtype)
@@ -234,6 +235,7 @@ def kaiming_normal_(
     mode: str = "fan_in",
     nonlinearity: str = "leaky_relu",
 ) -> jax.Array:
+    """``torch.nn.init.kaiming_normal_``: N(0, std²), ``std = gain(nonlinearity, a) / sqrt(fan_mode)``."""
     std = _kaiming_std(shape, a, mode, nonlinearity)
     if std is None:
         return jnp.zeros(tuple(shape), dtype)
