@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl.nn import _pool_indices
+
 _HIGHEST = lax.Precision.HIGHEST
 _DIMENSION_NUMBERS = {
     1: ("NCH", "OIH", "NCH"),
@@ -205,14 +207,20 @@ def _crop_unused_tail(x, pads):
     return x, [(lo, max(hi, 0)) for lo, hi in pads]
 
 
-def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, fn):
+def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, fn):
     x, unbatched = _batched(jnp.asarray(input), nd, fn)
     kernel, stride, padding, dilation = _pool_args(nd, x, kernel_size, stride, padding, dilation, fn)
+    out = [_pool_output_size(n, k, s, p, d, ceil_mode)
+           for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
+    if return_indices:
+        tables = [_pool_indices.pool_tables(n, o, k, s, p, d)
+                  for n, o, k, s, p, d in zip(x.shape[2:], out, kernel, stride, padding, dilation)]
+        y, idx = _pool_indices.window_max_with_indices(x, tables, x.shape[2:])
+        return (y[0], idx[0]) if unbatched else (y, idx)
     pads = [(0, 0), (0, 0)]
-    for length, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation):
-        out = _pool_output_size(length, k, s, p, d, ceil_mode)
+    for length, o, k, s, p, d in zip(x.shape[2:], out, kernel, stride, padding, dilation):
         # High pad extended (or cropped) so exactly `out` windows exist.
-        pads.append((p, (out - 1) * s + d * (k - 1) + 1 - length - p))
+        pads.append((p, (o - 1) * s + d * (k - 1) + 1 - length - p))
     # A concrete (numpy) init lets lax pick the differentiable max/sum window reducers under jit.
     init = np.array(-np.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min, x.dtype)
     x, pads = _crop_unused_tail(x, pads)
@@ -222,8 +230,6 @@ def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, fn):
         # jax has no VJP for dilated max reduce_window: take the max over the
         # k1*k2*... strided views of the -inf padded input instead.
         xp = lax.pad(x, init, [(lo, hi, 0) for lo, hi in pads])
-        out = [_pool_output_size(n, k, s, p, d, ceil_mode)
-               for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
         views = []
         for offset in np.ndindex(*kernel):
             start = (0, 0) + tuple(o * d for o, d in zip(offset, dilation))
@@ -233,19 +239,23 @@ def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, fn):
     return y[0] if unbatched else y
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """``torch.nn.functional.max_pool1d`` (padding is -inf; no ``return_indices``)."""
-    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool1d")
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """``torch.nn.functional.max_pool1d`` (padding is -inf).
+
+    With ``return_indices=True`` returns ``(values, indices)``, indices as torch's
+    (flat positions in the input's spatial extent; see ``_pool_indices``).
+    """
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool1d")
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """``torch.nn.functional.max_pool2d`` (padding is -inf; no ``return_indices``)."""
-    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """``torch.nn.functional.max_pool2d`` (padding is -inf; ``return_indices`` as torch)."""
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
 
 
-def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """``torch.nn.functional.max_pool3d`` (padding is -inf; no ``return_indices``)."""
-    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool3d")
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """``torch.nn.functional.max_pool3d`` (padding is -inf; ``return_indices`` as torch)."""
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool3d")
 
 
 def _avg_divisor_1d(length, out, k, s, p, count_include_pad):
@@ -346,9 +356,29 @@ def adaptive_avg_pool3d(input, output_size):
     return _adaptive_pool(3, input, output_size, jnp.mean, "adaptive_avg_pool3d")
 
 
-def adaptive_max_pool2d(input, output_size):
-    """``torch.nn.functional.adaptive_max_pool2d`` (no ``return_indices``)."""
-    return _adaptive_pool(2, input, output_size, jnp.max, "adaptive_max_pool2d")
+def _adaptive_max_pool(nd, input, output_size, return_indices, fn):
+    if not return_indices:
+        return _adaptive_pool(nd, input, output_size, jnp.max, fn)
+    x, unbatched = _batched(jnp.asarray(input), nd, fn)
+    sizes = _adaptive_output_size(nd, x, output_size)
+    tables = [_pool_indices.adaptive_tables(n, o, _adaptive_bins(n, o)) for n, o in zip(x.shape[2:], sizes)]
+    y, idx = _pool_indices.window_max_with_indices(x, tables, x.shape[2:])
+    return (y[0], idx[0]) if unbatched else (y, idx)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """``torch.nn.functional.adaptive_max_pool1d``."""
+    return _adaptive_max_pool(1, input, output_size, return_indices, "adaptive_max_pool1d")
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """``torch.nn.functional.adaptive_max_pool2d``."""
+    return _adaptive_max_pool(2, input, output_size, return_indices, "adaptive_max_pool2d")
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """``torch.nn.functional.adaptive_max_pool3d``."""
+    return _adaptive_max_pool(3, input, output_size, return_indices, "adaptive_max_pool3d")
 
 
 # ----------------------------------------------------------------------------- pad

@@ -257,3 +257,36 @@ def test_max_pool_padding_checks_match_torch():
         with pytest.raises(ValueError) as our_error:
             ours(np.ones(shape, np.float32), **kw)
         assert str(our_error.value) == str(torch_error.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_max_pool_return_indices_match_torch(nd):
+    """Values and indices bit-identical to torch, with ties, NaN and -inf windows.
+
+    torch keeps the first maximum, the last NaN, and for an all -inf window the
+    first in-bounds element (see jax_impl/nn/_pool_indices.py).
+    """
+    rng = np.random.default_rng(nd)
+    checked = 0
+    for _ in range(40):
+        k, s, d = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        p, ceil = int(rng.integers(0, k // 2 + 1)), bool(rng.integers(0, 2))
+        shape = (2, 2) + tuple(int(rng.integers(k * d, 8)) for _ in range(nd))
+        x = rng.integers(-3, 3, size=shape).astype(np.float32)
+        x[rng.random(shape) < 0.05] = np.nan
+        x[rng.random(shape) < 0.1] = -np.inf
+        try:
+            tv, ti = getattr(TF, f"max_pool{nd}d")(torch.tensor(x), k, s, p, d, ceil_mode=ceil, return_indices=True)
+        except RuntimeError:
+            continue
+        jv, ji = getattr(F, f"max_pool{nd}d")(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
+        np.testing.assert_array_equal(np.asarray(jv), tv.numpy())
+        np.testing.assert_array_equal(np.asarray(ji), ti.numpy())
+        out = tuple(int(rng.integers(1, 6)) for _ in range(nd))
+        tv, ti = getattr(TF, f"adaptive_max_pool{nd}d")(torch.tensor(x), out, return_indices=True)
+        jv, ji = getattr(F, f"adaptive_max_pool{nd}d")(x, out, return_indices=True)
+        np.testing.assert_array_equal(np.asarray(jv), tv.numpy())
+        np.testing.assert_array_equal(np.asarray(ji), ti.numpy())
+        checked += 1
+    assert checked >= 20

@@ -1,0 +1,29 @@
+"""torch.utils.data without torch: datasets, samplers, collate, DataLoader and torch's RNG stream."""
+
+from jax_impl.data.collate import default_collate, default_convert
+from jax_impl.data.dataloader import DataLoader, device_prefetch, get_worker_info
+from jax_impl.data.dataset import (
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    Subset,
+    TensorDataset,
+    random_split,
+)
+from jax_impl.data.distributed import DistributedSampler
+from jax_impl.data.generator import Generator, default_generator, initial_seed, manual_seed, seed
+from jax_impl.data.sampler import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__all__ = [
+    "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler", "Generator",
+    "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
+    "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert", "default_generator",
+    "device_prefetch", "get_worker_info", "initial_seed", "manual_seed", "random_split", "seed",
+]

@@ -1,0 +1,310 @@
+"""torch's CPU MT19937 engine and its state bytes, in numpy (no torch).
+
+torch's CPU generator (``aten/src/ATen/core/MT19937RNGEngine.h``) is the
+reference MT19937 with ``init_genrand`` seeding, so numpy's ``MT19937`` bit
+generator produces the same 32-bit words once its ``key``/``pos`` are set
+from torch's fields. This module holds the pieces the public
+:class:`jax_impl.data.generator.Generator` is built from:
+
+* the byte layout of ``CPUGeneratorImplState`` (``aten/src/ATen/CPUGeneratorImpl.cpp``)
+  so states move between torch and us;
+* the mapping between torch's ``(left_, next_)`` counters and numpy's ``pos``;
+* vectorised versions of the two loops of ``randperm_cpu``
+  (``aten/src/ATen/native/TensorFactories.cpp``);
+* ``torch.multinomial``'s two CPU algorithms (``Distributions.cpp``,
+  ``cpu/MultinomialKernel.cpp``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MERSENNE_STATE_N = 624
+
+# ``struct CPUGeneratorImplState { CPUGeneratorImplStateLegacy legacy_pod;
+# float next_float_normal_sample; bool is_next_float_normal_sample_valid; }``
+# with ``legacy_pod = {uint64 the_initial_seed; int left; int seeded;
+# uint64 next; uint64 state[624]; double normal_x, normal_y, normal_rho;
+# int normal_is_valid;}``, natural alignment (x86-64/aarch64, little endian).
+STATE_DTYPE = np.dtype(
+    {
+        "names": [
+            "the_initial_seed",
+            "left",
+            "seeded",
+            "next",
+            "state",
+            "normal_x",
+            "normal_y",
+            "normal_rho",
+            "normal_is_valid",
+            "next_float_normal_sample",
+            "is_next_float_normal_sample_valid",
+        ],
+        "formats": [
+            "<u8",
+            "<i4",
+            "<i4",
+            "<u8",
+            ("<u8", (MERSENNE_STATE_N,)),
+            "<f8",
+            "<f8",
+            "<f8",
+            "<i4",
+            "<f4",
+            "u1",
+        ],
+        "offsets": [0, 8, 12, 16, 24, 5016, 5024, 5032, 5040, 5048, 5052],
+        "itemsize": 5056,
+    }
+)
+STATE_SIZE = STATE_DTYPE.itemsize  # 5056 == sizeof(CPUGeneratorImplState)
+LEGACY_STATE_SIZE = 5048  # sizeof(CPUGeneratorImplStateLegacy)
+
+# randperm_cpu: "for small n, preserve old behavior" when n < (2^32 - 1) / 20.
+RANDPERM_RANDOM64_THRESHOLD = (2**32 - 1) // 20  # 214,748,364
+_SMALL_N = 256
+
+
+def init_genrand(seed: int) -> dict:
+    """numpy MT19937 state for ``mt19937_engine::init_with_uint32(seed)``.
+
+    ``state[0] = seed & 0xffffffff``;
+    ``state[j] = 1812433253 * (state[j-1] ^ (state[j-1] >> 30)) + j`` (mod 2^32),
+    which is numpy's legacy ``RandomState(seed & 0xffffffff)`` seeding. Only the
+    low 32 bits of the 64-bit seed matter. ``pos = 624``: the key is twisted
+    before the first output, as torch's ``left_ == 1`` makes it.
+    """
+    return np.random.RandomState(seed & 0xFFFFFFFF).get_state(legacy=False)
+
+
+def _seed_bitgen(bitgen: np.random.MT19937, seed: int) -> None:
+    """Seed ``bitgen`` in place with :func:`init_genrand`'s state.
+
+    ``MT19937._legacy_seeding`` is the very routine ``RandomState`` uses (and
+    avoids building a ``RandomState``); fall back if a numpy lacks it.
+    """
+    legacy = getattr(bitgen, "_legacy_seeding", None)
+    if legacy is not None:
+        legacy(seed & 0xFFFFFFFF)
+    else:
+        bitgen.state = init_genrand(seed)
+
+
+class Engine:
+    """torch's ``mt19937_data_pod`` (seed, left, seeded, next, state) + draws.
+
+    torch's engine decrements ``left_`` and regenerates the key when it hits
+    zero, then reads ``state_[next_++]``; right after seeding ``left_ == 1``
+    and ``next_ == 0`` (the key is not yet twisted). numpy's MT19937 twists
+    when ``pos >= 624``, then reads ``key[pos++]``. For every state torch
+    produces, ``pos == 625 - left_``, and ``next_ == pos`` except right after
+    seeding (``next_ == 0``, ``pos == 624``); that ``next_`` is kept aside until
+    the first draw. The numpy bit generator is the live state: draws cost one
+    ``random_raw`` call, torch's fields are only assembled for ``get_state``.
+    """
+
+    __slots__ = ("_bitgen", "_pending_next", "seed")
+
+    def __init__(self, seed: int) -> None:
+        self._bitgen = np.random.MT19937(0)
+        self.reseed(seed)
+
+    def reseed(self, seed: int) -> None:
+        self.seed = seed
+        _seed_bitgen(self._bitgen, seed)
+        self._pending_next: int | None = 0
+
+    def fields(self) -> tuple[np.ndarray, int, int]:
+        """torch's ``(state_, left_, next_)``."""
+        st = self._bitgen.state["state"]
+        pos = int(st["pos"])
+        nxt = pos if self._pending_next is None else self._pending_next
+        return np.asarray(st["key"], dtype=np.uint32), MERSENNE_STATE_N + 1 - pos, nxt
+
+    def set_fields(self, seed: int, key: np.ndarray, left: int, nxt: int) -> None:
+        """Load torch's fields (``left_ + next_ == 625`` or ``next_ == 0`` as torch makes them)."""
+        self.seed = seed
+        pos = MERSENNE_STATE_N + 1 - left
+        self._bitgen.state = {
+            "bit_generator": "MT19937",
+            "state": {"key": np.asarray(key, dtype=np.uint32), "pos": pos},
+        }
+        self._pending_next = None if nxt == pos else nxt
+
+    def raw(self, n: int) -> np.ndarray:
+        """The next ``n`` outputs of ``engine_()`` as uint32."""
+        if n <= 0:
+            return np.empty(0, dtype=np.uint32)
+        self._pending_next = None
+        return self._bitgen.random_raw(n).astype(np.uint32)
+
+    def raw64(self, n: int) -> np.ndarray:
+        """``random64()`` x n: ``(first << 32) | second`` (``make64BitsFrom32Bits``)."""
+        w = self.raw(2 * n).astype(np.uint64)
+        return (w[0::2] << np.uint64(32)) | w[1::2]
+
+
+def occurrences(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Occurrence links of ``values`` (int64 in ``[0, n)``).
+
+    Returns ``(prev, last)``: ``prev[i]`` is the largest m < i with
+    ``values[m] == values[i]`` (else -1); ``last[v]`` is the largest m with
+    ``values[m] == v`` (else -1). One sort of the unique keys
+    ``value << 32 | index`` (several times faster than a stable argsort).
+    """
+    size = values.shape[0]
+    if max(n, size) < 2**31:  # keys (value << 32 | index) fit in int64
+        keys = values << 32
+        keys |= np.arange(size, dtype=np.int64)
+        keys.sort()
+        sv = keys >> 32
+        order = keys & 0xFFFFFFFF
+    else:
+        order = np.argsort(values, kind="stable")
+        sv = values[order]
+    same = sv[1:] == sv[:-1]
+    prev = np.empty(size, dtype=np.int64)
+    prev[order[0]] = -1
+    prev[order[1:]] = np.where(same, order[:-1], -1)
+    ends = np.ones(size, dtype=bool)
+    np.logical_not(same, out=ends[:-1])
+    last = np.full(n, -1, dtype=np.int64)
+    group_ends = np.flatnonzero(ends)  # integer index: ~4x faster than a mask
+    last[sv[group_ends]] = order[group_ends]
+    return prev, last
+
+
+def _resolve_chains(ptr: np.ndarray) -> np.ndarray:
+    """Pointer jumping: follow ``ptr`` until fixed points (``ptr[k] == k``)."""
+    while True:
+        nxt = ptr[ptr]
+        if np.array_equal(nxt, ptr):
+            return ptr
+        ptr = nxt
+
+
+def randperm_swap(z: np.ndarray, n: int) -> np.ndarray:
+    """``r = arange(n); for i < n-1: swap(r[i], r[i + z[i]])`` without the loop.
+
+    Let ``p[i] = i + z[i]`` (``p[n-1] = n-1``) and ``A[k]`` the value at
+    position k just before step k. Position j only changes at steps m < j with
+    ``p[m] == j``, where it receives ``A[m]``. So ``A[k] = A[m]`` for the last
+    such m (else ``k``) and ``r[i] = A[i]`` if ``p[i] == i``, else ``A[m]`` for
+    the last m < i with ``p[m] == p[i]`` (else ``p[i]``). The ``A`` chains
+    resolve by pointer jumping.
+    """
+    if n <= _SMALL_N:  # below this a plain loop beats the numpy passes
+        r = list(range(n))
+        for i, zi in enumerate(z.tolist()):
+            j = i + zi
+            r[i], r[j] = r[j], r[i]
+        return np.array(r, dtype=np.int64)
+    idx = np.arange(n, dtype=np.int64)
+    p = idx.copy()
+    p[: n - 1] += z.astype(np.int64)
+    prev, last = occurrences(p, n)
+    fixed = p == idx
+    # last writer into position k by a step m < k: the last occurrence of the
+    # value k in p, or the one before it when that is step k itself.
+    writer = np.where(last == idx, prev, last)
+    parent = np.where(writer >= 0, writer, idx)
+    a = _resolve_chains(parent)
+    src = np.where(prev >= 0, a[np.maximum(prev, 0)], p)
+    return np.where(fixed, a, src)
+
+
+def randperm_inside_out(z: np.ndarray, n: int) -> np.ndarray:
+    """``for i < n: r[i] = r[z[i]]; r[z[i]] = i`` (``z[i] <= i``) without the loop.
+
+    Position q's final value is the last step k with ``z[k] == q``; if none,
+    it keeps ``B[q]``, the value copied in at step q: ``B[q] = m`` for the
+    last m < q with ``z[m] == z[q]``, else ``B[z[q]]`` (chains resolved by
+    pointer jumping; ``z[0] == 0`` ends every chain).
+    """
+    idx = np.arange(n, dtype=np.int64)
+    z = z.astype(np.int64)
+    prev, last = occurrences(z, n)
+    terminal = (prev >= 0) | (z == idx)
+    val = np.where(prev >= 0, prev, idx)
+    ptr = np.where(terminal, idx, z)
+    root = _resolve_chains(ptr)
+    b = val[root]
+    return np.where(last >= 0, last, b)
+
+
+def uniform_double(engine: Engine, n: int) -> np.ndarray:
+    """``uniform_real_distribution<double>(0, 1)`` x n: ``(random64() & (2**53-1)) * 2**-53``."""
+    bits = engine.raw64(n) & np.uint64(2**53 - 1)
+    return bits.astype(np.float64) * 2.0**-53
+
+
+def multinomial(
+    engine: Engine, weights: np.ndarray, num_samples: int, replacement: bool
+) -> np.ndarray:
+    """``torch.multinomial`` on a 1-D CPU tensor (``Distributions.cpp`` ``multinomial_out``).
+
+    * without replacement (or one sample): ``q = exponential_(1)`` per
+      category, i.e. ``-log1p(-u)`` with ``u`` a double uniform, then
+      ``argmax(w / q)`` (one sample) or ``topk(w / q, num_samples)``;
+    * with replacement (``MultinomialKernel.cpp``): ``cum = cumsum(w) / sum``
+      with the last bucket forced to 1, then per sample ``u`` (double
+      uniform) and the first ``j`` with ``cum[j] >= u`` (lower bound).
+
+    ``log1p`` is evaluated with the C library's ``math.log1p`` (numpy's SIMD
+    ``log1p`` differs from it in the last bit for ~7% of inputs).
+    """
+    w = np.asarray(weights)
+    if w.ndim != 1:
+        raise RuntimeError(
+            "prob_dist must be 1 dimensional (jax_impl supports 1-D only)"
+        )
+    if not np.issubdtype(w.dtype, np.floating):
+        raise RuntimeError("multinomial only supports floating-point dtypes for input")
+    n_categories = w.shape[0]
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if not replacement and num_samples > n_categories:
+        raise RuntimeError(
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
+        )
+    if n_categories > 2**24:
+        raise RuntimeError("number of categories cannot exceed 2^24")
+    if not replacement or num_samples == 1:
+        if not (np.all(w < np.inf) and np.all(w >= 0)):
+            raise RuntimeError(
+                "probability tensor contains either `inf`, `nan` or element < 0"
+            )
+        if w.sum() == 0:
+            raise RuntimeError(
+                "invalid multinomial distribution (sum of probabilities <= 0)"
+            )
+        u = uniform_double(engine, n_categories)
+        q = np.array([-math.log1p(-x) for x in u.tolist()], dtype=np.float64).astype(
+            w.dtype
+        )
+        keys = w / q
+        if num_samples == 1:
+            return np.array([int(np.argmax(keys))], dtype=np.int64)
+        return np.argsort(-keys, kind="stable")[:num_samples].astype(np.int64)
+    if np.any(w < 0):
+        raise RuntimeError(
+            "invalid multinomial distribution (encountering probability entry < 0)"
+        )
+    if not np.all(np.isfinite(w)):
+        raise RuntimeError(
+            "invalid multinomial distribution (encountering probability entry = infinity or NaN)"
+        )
+    acc = np.float32 if w.dtype in (np.float16,) else w.dtype
+    cum = np.cumsum(w.astype(acc))  # sequential, like the kernel's running sum
+    total = cum[-1]
+    if not total > 0:
+        raise RuntimeError(
+            "invalid multinomial distribution (sum of probabilities <= 0)"
+        )
+    cum = cum / total
+    cum[-1] = 1
+    u = uniform_double(engine, num_samples)
+    return np.searchsorted(cum.astype(np.float64), u, side="left").astype(np.int64)

@@ -1,0 +1,235 @@
+"""Drop-in ``conv1d/2d/3d`` whose 2-D weight gradient avoids XLA:CPU's slow YNNPACK path.
+
+Root cause (jax/jaxlib 0.10.2, XLA:CPU): since the YNNPACK integration, the
+CPU compiler hands every 2-D ``convolution`` HLO whose input or output feature
+count exceeds 16 to a ``__ynn_fusion`` (``xla/backends/cpu/ynn_support.cc``,
+``IsConvolutionOpSupportedByYnn``; on by default through
+``--xla_cpu_experimental_ynn_fusion_type``). The weight gradient of a conv is a
+convolution whose *feature* dimension is the batch (N=256 for LeNet) and whose
+*window* is the whole output image (28x28); YNNPACK runs that shape 7-20x
+slower than XLA's Eigen convolution (LeNet conv1: ~170 ms vs ~9 ms).
+
+Without touching global flags (a library cannot set ``XLA_FLAGS`` once JAX is
+initialised), the weight gradient is written here as convolutions that
+YNNPACK declines (see ``_weight_grad_2d``): for C_out <= 16 the batch is cut
+into chunks of 16 (feature counts <= 16 stay in Eigen) and the partial
+gradients summed; otherwise a base (lhs) dilation of 2 along H, compensated by
+doubling the window stride, the kernel dilation and the padding along H (the
+dilated zeros meet no kept output, so the products are the same; Eigen runs
+it ~2-3x slower than the plain form, still well ahead of YNNPACK). The forward and the input gradient
+stay the plain ``lax.conv_general_dilated`` ops of ``jax_impl.nn.functional``
+(measured: the same trick made those slower), except that a forward with very
+few multiply-adds per output pixel (LeNet conv1) is written as one fused
+shifted-multiply-add loop, ~3x faster than Eigen's thin GEMM. 1-D and 3-D convs and grouped
+convs are never taken by YNNPACK, so they use the plain ops unchanged.
+
+If the process was started with YNNPACK convolutions off
+(``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``,
+the better fix: Eigen on the plain weight-gradient conv is ~2-3x faster than
+on the dilated one), or on a non-CPU backend, jax's own rule is used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import partial
+
+import jax
+from jax import lax
+
+from jax_impl.nn.functional import (
+    _DIMENSION_NUMBERS,
+    _HIGHEST,
+    _add_bias,
+    _batched,
+    _ntuple,
+)
+
+__all__ = ["conv1d", "conv2d", "conv3d"]
+
+# YNNPACK takes a 2-D conv when max(input features, output features) > 16
+# (ynn_support.cc); for the weight-gradient conv those are N and C_out.
+_YNN_FEATURE_THRESHOLD = 16
+_CHUNK = 16  # batch chunk of the chunked weight gradient (a feature count YNNPACK leaves to Eigen)
+_MAX_CHUNKS = 32
+
+
+def _ynn_takes_convs(xla_flags: str | None = None) -> bool:
+    """False when XLA_FLAGS turns YNNPACK convolutions off, e.g.
+    ``--xla_cpu_experimental_ynn_fusion_type=`` (all YNNPACK fusions off) or
+    ``=-individual_convolution`` (only convolutions off). Then XLA runs jax's
+    own weight-gradient conv in Eigen, which is faster than the workaround.
+    A list without +/- signs replaces the default set."""
+    flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    found = re.findall(r"--xla_cpu_experimental_ynn_fusion_type=(\S*)", flags)
+    if not found:
+        return True
+    items = [v.strip().lower() for v in found[-1].split(",") if v.strip()]
+    if not items or items == ["invalid"]:
+        return False
+    if "-individual_convolution" in items:
+        return False
+    if all(v[0] in "+-" for v in items):
+        return True
+    return "individual_convolution" in [v.lstrip("+") for v in items]
+
+
+# Read once: XLA reads XLA_FLAGS once, when the CPU backend starts.
+_YNN_CONVS = _ynn_takes_convs()
+
+
+def _resolve_padding(padding, nd, stride, dilation, kernel):
+    """torch's padding argument -> ``[(lo, hi)] * nd``, as ``jax_impl.nn.functional._conv``."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * nd
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+            return [(t // 2, t - t // 2) for t in totals]
+        raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+    return [(p, p) for p in _ntuple(padding, nd, "padding")]
+
+
+def _plain(x, w, stride, pads, dilation, groups, nd):
+    return lax.conv_general_dilated(
+        x, w, window_strides=stride, padding=pads, rhs_dilation=dilation,
+        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+    )
+
+
+def _weight_grad_2d(x, g, kernel, stride, pads, dilation):
+    """dW[o,c,i,j] = sum_{n,h,w} g[n,o,h,w] * xpad[n,c,s0*h+d0*i,s1*w+d1*j] (groups == 1).
+
+    A conv with C as batch, N as contracted feature and g as the window,
+    dilated by the forward stride, kept away from YNNPACK in one of two ways:
+
+    - C_out <= 16 and N <= 512: the batch is cut into chunks of 16 (both
+      feature counts <= 16, so Eigen runs each chunk) and the partial weight
+      gradients are summed (LeNet conv1: 150 ms in YNNPACK -> 7 ms);
+    - otherwise a base dilation of 2 on H, with the stride, window dilation
+      and padding on H doubled: the inserted zeros meet no kept output, so the
+      products are the same, and YNNPACK rejects base-dilated convs.
+    """
+    out_sp = g.shape[2:]
+    in_sp = x.shape[2:]
+    # High padding that makes the output exactly `kernel` long (may be negative: a crop).
+    his = [dilation[a] * (kernel[a] - 1) + stride[a] * (out_sp[a] - 1) + 1 - in_sp[a] - pads[a][0] for a in range(2)]
+    n, n_out = x.shape[0], g.shape[1]
+    if n_out <= _YNN_FEATURE_THRESHOLD and n <= _CHUNK * _MAX_CHUNKS:
+        acc = None
+        for n0 in range(0, n, _CHUNK):
+            d = lax.conv_general_dilated(
+                x[n0:n0 + _CHUNK], g[n0:n0 + _CHUNK], window_strides=dilation,
+                padding=[(pads[a][0], his[a]) for a in range(2)], rhs_dilation=stride,
+                dimension_numbers=("CNHW", "IOHW", "CNHW"), precision=_HIGHEST,
+            )
+            acc = d if acc is None else acc + d
+        return acc
+    new_pads, strides, rdil = [], [], []
+    for ax in range(2):
+        f = 2 if ax == 0 else 1
+        new_pads.append((f * pads[ax][0], f * his[ax]))
+        strides.append(f * dilation[ax])
+        rdil.append(f * stride[ax])
+    return lax.conv_general_dilated(
+        x, g, window_strides=tuple(strides), padding=new_pads, lhs_dilation=(2, 1),
+        rhs_dilation=tuple(rdil), dimension_numbers=("CNHW", "IOHW", "CNHW"), precision=_HIGHEST,
+    )
+
+
+# Forward as one fused multiply-add loop over the kernel taps when the conv is
+# tiny per output pixel (LeNet conv1: 3*5*5 taps x 6 outputs): XLA's Eigen conv
+# runs such thin GEMMs ~3x slower (measured 41 -> 14 ms at 256x3x32x32).
+# LeNet conv2 (6*5*5 taps x 16) is already faster in Eigen (4 vs 11 ms).
+_DIRECT_MAX_TAPS = 128
+_DIRECT_MAX_MACS = 1024  # taps * C_out per output pixel
+
+
+def _use_direct(w):
+    taps = w.shape[1] * w.shape[2] * w.shape[3]
+    return jax.default_backend() == "cpu" and taps <= _DIRECT_MAX_TAPS and taps * w.shape[0] <= _DIRECT_MAX_MACS
+
+
+def _direct_2d(x, w, stride, pads, dilation):
+    """sum over (c, i, j) of w[:, c, i, j] * shifted x: XLA fuses it into one loop."""
+    xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+    kh, kw = w.shape[2:]
+    out = [(xp.shape[2 + a] - dilation[a] * (k - 1) - 1) // stride[a] + 1 for a, k in enumerate((kh, kw))]
+    acc = None
+    for c in range(w.shape[1]):
+        for i in range(kh):
+            for j in range(kw):
+                r0, c0 = i * dilation[0], j * dilation[1]
+                xs = xp[:, None, c, r0:r0 + stride[0] * (out[0] - 1) + 1:stride[0], c0:c0 + stride[1] * (out[1] - 1) + 1:stride[1]]
+                t = w[None, :, c, i, j, None, None] * xs
+                acc = t if acc is None else acc + t
+    return acc
+
+
+def _forward(x, w, stride, pads, dilation):
+    if _use_direct(w) and all(p >= 0 for pp in pads for p in pp):
+        return _direct_2d(x, w, stride, pads, dilation)
+    return _plain(x, w, stride, list(pads), dilation, 1, 2)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _conv2d_core(x, w, stride, pads, dilation):
+    return _forward(x, w, stride, pads, dilation)
+
+
+def _conv2d_core_fwd(x, w, stride, pads, dilation):
+    return _forward(x, w, stride, pads, dilation), (x, w)
+
+
+def _conv2d_core_bwd(stride, pads, dilation, res, g):
+    x, w = res
+    pads = list(pads)
+    # Input gradient: jax's own transpose rule (a conv of g with the flipped kernel).
+    _, vjp_x = jax.vjp(lambda a: _plain(a, w, stride, pads, dilation, 1, 2), x)
+    (dx,) = vjp_x(g)
+    if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
+        dw = _weight_grad_2d(x, g, w.shape[2:], stride, pads, dilation)
+    else:  # Eigen already runs jax's own rule for this shape
+        _, vjp_w = jax.vjp(lambda b: _plain(x, b, stride, pads, dilation, 1, 2), w)
+        (dw,) = vjp_w(g)
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_conv2d_core.defvjp(_conv2d_core_fwd, _conv2d_core_bwd)
+
+
+def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
+    x, unbatched = _batched(jax.numpy.asarray(input), nd, f"conv{nd}d")
+    weight = jax.numpy.asarray(weight)
+    stride = _ntuple(stride, nd, "stride")
+    dilation = _ntuple(dilation, nd, "dilation")
+    pads = _resolve_padding(padding, nd, stride, dilation, weight.shape[2:])
+    if x.shape[1] != weight.shape[1] * groups:
+        raise ValueError(
+            f"Given groups={groups}, weight of size {tuple(weight.shape)}, expected input"
+            f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
+        )
+    if nd == 2 and groups == 1 and x.dtype == weight.dtype:
+        y = _conv2d_core(x, weight, stride, tuple(pads), dilation)
+    else:
+        y = _plain(x, weight, stride, pads, dilation, groups, nd)
+    y = _add_bias(y, bias, nd)
+    return y[0] if unbatched else y
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv1d`` (plain lax conv: YNNPACK never takes 1-D convs)."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv2d`` with a YNNPACK-free weight gradient."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv3d`` (plain lax conv: YNNPACK never takes 3-D convs)."""
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups)

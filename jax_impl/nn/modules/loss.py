@@ -1,0 +1,190 @@
+"""torch.nn's loss modules as ``flax.nnx`` modules.
+
+Each class takes torch's constructor arguments (deprecated ``size_average`` /
+``reduce`` included, resolved once at construction like torch's ``_Loss``)
+and calls the matching function of :mod:`jax_impl.nn._functional_loss`.
+``weight`` and ``pos_weight`` are :class:`Buffer` variables, so
+``nnx.state(module, Buffer)`` holds torch's ``state_dict`` keys (``weight``,
+``pos_weight``), absent when ``None`` as in torch.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jax_impl.nn import _functional_loss as F
+
+__all__ = [
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "Buffer",
+    "CrossEntropyLoss",
+    "HuberLoss",
+    "KLDivLoss",
+    "L1Loss",
+    "MSELoss",
+    "NLLLoss",
+    "SmoothL1Loss",
+]
+
+
+class Buffer(nnx.Variable):
+    """A non-trainable tensor in the module's state, torch's ``register_buffer``."""
+
+
+def _buffer(value) -> Buffer | None:
+    return None if value is None else Buffer(jnp.asarray(value))
+
+
+def _value(buffer: Buffer | None) -> jax.Array | None:
+    return None if buffer is None else buffer[...]
+
+
+class _Loss(nnx.Module):
+    """torch.nn.modules.loss._Loss: resolves the legacy reduction flags once."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        if size_average is not None or reduce is not None:
+            reduction = F._legacy_get_string(size_average, reduce)
+        self.reduction = reduction
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.weight = _buffer(weight)
+
+
+class L1Loss(_Loss):
+    """``|x - t|``, reduced; see :func:`jax_impl.nn._functional_loss.l1_loss`."""
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class MSELoss(_Loss):
+    """``(x - t)^2``, reduced; see :func:`jax_impl.nn._functional_loss.mse_loss`."""
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_WeightedLoss):
+    """``-w[y] * input[y]``; see :func:`jax_impl.nn._functional_loss.nll_loss`.
+
+    Args:
+        weight: Optional per-class weight ``(C,)``, stored as buffer ``weight``.
+        size_average: Deprecated.
+        ignore_index: Target value that is skipped.
+        reduce: Deprecated.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+    """
+
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None, reduction: str = "mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.nll_loss(
+            input, target, weight=_value(self.weight), ignore_index=self.ignore_index, reduction=self.reduction
+        )
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of logits; see :func:`jax_impl.nn._functional_loss.cross_entropy`.
+
+    Args:
+        weight: Optional per-class weight ``(C,)``, stored as buffer ``weight``.
+        size_average: Deprecated.
+        ignore_index: Target value that is skipped (class-index targets only).
+        reduce: Deprecated.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+        label_smoothing: ``eps`` in ``[0, 1]``.
+    """
+
+    def __init__(
+        self,
+        weight=None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.cross_entropy(
+            input,
+            target,
+            weight=_value(self.weight),
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross entropy of probabilities; see :func:`jax_impl.nn._functional_loss.binary_cross_entropy`."""
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.binary_cross_entropy(input, target, weight=_value(self.weight), reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross entropy of logits; see :func:`jax_impl.nn._functional_loss.binary_cross_entropy_with_logits`.
+
+    Args:
+        weight: Optional weight, stored as buffer ``weight``.
+        size_average: Deprecated.
+        reduce: Deprecated.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+        pos_weight: Optional positive-class weight, stored as buffer ``pos_weight``.
+    """
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.weight = _buffer(weight)
+        self.pos_weight = _buffer(pos_weight)
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.binary_cross_entropy_with_logits(
+            input, target, weight=_value(self.weight), reduction=self.reduction, pos_weight=_value(self.pos_weight)
+        )
+
+
+class SmoothL1Loss(_Loss):
+    """Smooth L1 with threshold ``beta``; see :func:`jax_impl.nn._functional_loss.smooth_l1_loss`."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    """Huber loss with threshold ``delta``; see :func:`jax_impl.nn._functional_loss.huber_loss`."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class KLDivLoss(_Loss):
+    """KL divergence; see :func:`jax_impl.nn._functional_loss.kl_div`."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
