@@ -113,6 +113,19 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
         if op >= s and op >= d:
             raise ValueError("output padding must be smaller than either stride or dilation")
     c_in, c_out_g, *kernel = weight.shape
+    out_sizes = [
+        (n - 1) * s - 2 * p + d * (k - 1) + 1 + op
+        for n, s, p, d, k, op in zip(x.shape[2:], stride, padding, dilation, kernel, output_padding)
+    ]
+    if min(out_sizes) < 1:
+        # aten's message; 1-D convs run as 2-D with a unit height, hence the leading "1 x".
+        lead = [1] if nd == 1 else []
+        shown_in = " x ".join(map(str, lead + list(x.shape[2:])))
+        shown_out = " x ".join(map(str, lead + out_sizes))
+        raise ValueError(
+            f"Given input size per channel: ({shown_in}). "
+            f"Calculated output size per channel: ({shown_out}). Output size is too small"
+        )
     # torch weight (in, out/g, *K) -> forward OIHW (out, in/g, *K), spatially flipped:
     # the transpose conv is the forward conv on the stride-dilated input.
     w = weight.reshape(groups, c_in // groups, c_out_g, *kernel).swapaxes(1, 2)

