@@ -290,6 +290,12 @@ def _avg_pool(nd, input, kernel_size, stride, padding, ceil_mode, count_include_
     kernel, stride, padding, _ = _pool_args(nd, x, kernel_size, stride, padding, 1, fn)
     if divisor_override is not None and divisor_override == 0:
         raise ValueError("divisor must be not zero")
+    if nd == 3 and any(n < k for n, k in zip(x.shape[2:], kernel)):
+        # aten AveragePool3d.cpp runs pool3d_shape_check with check_input_size=true (padding not counted).
+        (t, h, w), (kt, kh, kw) = x.shape[2:], kernel
+        raise ValueError(
+            f"input image (T: {t} H: {h} W: {w}) smaller than kernel size (kT: {kt} kH: {kh} kW: {kw})"
+        )
     pads = [(0, 0), (0, 0)]
     divisor = np.ones((), np.float64)
     for length, k, s, p in zip(x.shape[2:], kernel, stride, padding):
