@@ -8,6 +8,7 @@ unbatched ``(C, *S)``, as in torch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -248,7 +249,9 @@ def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, retu
             start = (0, 0) + tuple(o * d for o, d in zip(offset, dilation))
             limit = xp.shape[:2] + tuple(st + (n - 1) * s + 1 for st, n, s in zip(start[2:], out, stride))
             views.append(lax.slice(xp, start, limit, (1, 1) + stride))
-        y = jnp.max(jnp.stack(views), axis=0)
+        # Elementwise maxima, not jnp.max over a stacked axis: XLA:CPU's vectorised
+        # max reduction dropped NaN on these 6-D stacks (eager, jaxlib 0.10.2).
+        y = functools.reduce(lax.max, views)
     return y[0] if unbatched else y
 
 

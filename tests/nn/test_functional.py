@@ -290,3 +290,16 @@ def test_max_pool_return_indices_match_torch(nd):
         np.testing.assert_array_equal(np.asarray(ji), ti.numpy())
         checked += 1
     assert checked >= 20
+
+
+def test_max_pool_propagates_nan_like_torch():
+    """A window holding NaN yields NaN, eager and jitted (regression: the dilated
+    3-D path once reduced a 6-D stack whose XLA:CPU max dropped NaN)."""
+    rng = np.random.default_rng(7)
+    for nd, k, s, d in [(3, 2, 1, 2), (3, 3, 2, 2), (2, 3, 1, 2), (1, 3, 2, 1), (2, 2, 2, 1)]:
+        x = rng.standard_normal((2, 3) + (7,) * nd).astype(np.float32)
+        x[rng.random(x.shape) < 0.05] = np.nan
+        want = getattr(TF, f"max_pool{nd}d")(torch.tensor(x), k, s, 0, d).numpy()
+        fn = getattr(F, f"max_pool{nd}d")
+        for got in (fn(x, k, s, 0, d), jax.jit(lambda x: fn(x, k, s, 0, d))(x)):
+            np.testing.assert_array_equal(np.asarray(got), want)
