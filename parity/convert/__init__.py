@@ -5,6 +5,13 @@ missing or unexpected key, shape or dtype mismatch raises an error that names
 the parameter and the key.
 """
 
+from parity.convert.modules import load_torch_state_dict, module_state, to_torch_state_dict
 from parity.convert.optim import optimizer_state_from_torch, optimizer_state_to_torch
 
-__all__ = ["optimizer_state_from_torch", "optimizer_state_to_torch"]
+__all__ = [
+    "load_torch_state_dict",
+    "module_state",
+    "optimizer_state_from_torch",
+    "optimizer_state_to_torch",
+    "to_torch_state_dict",
+]
