@@ -16,6 +16,13 @@ element in row-major order,
 
 - float32: ``float32(double(random() & (2**24 - 1)) * 2**-24 * double(float32(b - a)) + double(a))``
 - float64: ``fma((random64() & (2**53 - 1)) * 2**-53, b - a, a)`` (one rounding).
+
+The normal-based initialisers (``normal_``, ``trunc_normal_``,
+``xavier_normal_``, ``kaiming_normal_``, ``orthogonal_``, ``sparse_``) given a
+generator draw a jax key from it: the same distribution, reproducible from the
+seed, not torch's numbers (torch's vectorised Box-Muller is not reproduced).
+To start from exactly torch's weights, convert them
+(``parity.convert.load_torch_state_dict``).
 Formulas follow torch 2.13 ``torch/nn/init.py``:
 
 - ``xavier_uniform_``:  U(-a, a), a = gain * sqrt(3) * sqrt(2 / (fan_in + fan_out))
@@ -178,10 +185,16 @@ def _fma(x: np.ndarray, y: np.float64, z: np.float64) -> np.ndarray:
 
 
 def _jax_key(key, fn: str):
+    """A jax key for the initialisers torch-identical draws do not cover (``normal_`` and its users).
+
+    From a :class:`Generator` (or ``None``: the global one) the key is derived
+    from one ``random64()`` draw, so the result is reproducible from the seed
+    and advances the stream, but its numbers are not torch's.
+    """
+    del fn
     if key is None or isinstance(key, Generator):
-        raise NotImplementedError(
-            f"torch-identical draws for {fn} (torch's normal_ is not reproduced); pass a jax PRNG key"
-        )
+        gen = default_generator if key is None else key
+        return jax.random.key(int(gen.random_u64(1)[0]) & (2**63 - 1))
     return key
 
 
