@@ -1,0 +1,237 @@
+"""Layer-by-layer views of a torch model and its ``jax_impl`` twin: ``compare_models`` and ``summary``.
+
+Both run the two models once on the same input and record every submodule's
+output under torch's dotted module name (``layer1.0.conv1``): the torch side
+with forward hooks, the JAX side by wrapping ``__call__`` of each
+``jax_impl.nn`` submodule for the duration of one eager (un-jitted) call. A
+module called several times (a shared ``relu``) is recorded once per call, as
+``relu``, ``relu#1``, ... in call order on both sides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from flax import nnx
+
+from parity.convert.modules import module_state
+
+__all__ = ["LayerRecord", "ModelComparison", "compare_models", "summary"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRecord:
+    """One submodule call on both sides."""
+
+    name: str
+    kind: str
+    torch_shape: tuple[int, ...] | None
+    jax_shape: tuple[int, ...] | None
+    torch_params: int
+    jax_params: int
+    max_abs_err: float = math.nan
+    max_rel_err: float = math.nan
+    ok: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelComparison:
+    """Every layer's output side by side; ``first_divergence`` names the first layer beyond tolerance."""
+
+    layers: list[LayerRecord]
+    rtol: float
+    atol: float
+
+    @property
+    def first_divergence(self) -> LayerRecord | None:
+        return next((r for r in self.layers if not r.ok), None)
+
+    @property
+    def ok(self) -> bool:
+        return self.first_divergence is None
+
+    def __str__(self) -> str:
+        head = f"{'layer':<28} {'type':<18} {'torch shape':<20} {'jax shape':<20} {'max abs':>10} {'max rel':>10}"
+        lines = [head, "-" * len(head)]
+        for r in self.layers:
+            mark = "" if r.ok else "  <-- diverges" if r is self.first_divergence else "  !"
+            lines.append(
+                f"{r.name:<28} {r.kind:<18} {_shape(r.torch_shape):<20} {_shape(r.jax_shape):<20} "
+                f"{r.max_abs_err:>10.3g} {r.max_rel_err:>10.3g}{mark}"
+            )
+        first = self.first_divergence
+        lines.append(f"first divergence: {first.name}" if first else f"all {len(self.layers)} layers within "
+                     f"rtol={self.rtol:g}, atol={self.atol:g}")
+        return "\n".join(lines)
+
+
+def _shape(shape) -> str:
+    return "-" if shape is None else str(list(shape))
+
+
+def _first_array(out) -> Any:
+    """A module's output, or the first array of a tuple output (``return_indices`` pools)."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _record_torch(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict[str, np.ndarray], dict[str, str], Any]:
+    outputs: dict[str, np.ndarray] = {}
+    kinds: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    handles = []
+
+    def hook(name):
+        def fn(module, args, out):
+            n = counts.get(name, 0)
+            counts[name] = n + 1
+            key = name if n == 0 else f"{name}#{n}"
+            outputs[key] = _first_array(out).detach().cpu().numpy().copy()
+            kinds[key] = type(module).__name__
+
+        return fn
+
+    for name, module in model.named_modules():
+        if name:
+            handles.append(module.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad():
+            final = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return outputs, kinds, final.detach().cpu().numpy()
+
+
+@contextlib.contextmanager
+def _recording(model: nnx.Module, outputs: dict[str, np.ndarray], kinds: dict[str, str]) -> Iterator[None]:
+    names = {id(m): ".".join(map(str, path)) for path, m in nnx.iter_modules(model) if path}
+    counts: dict[str, int] = {}
+    patched: dict[type, Any] = {}
+    active: set[int] = set()  # a subclass's wrapper calling its patched base records once
+    for path, m in nnx.iter_modules(model):
+        cls = type(m)
+        if path and cls not in patched:
+            patched[cls] = cls.__dict__.get("__call__")
+            original = cls.__call__
+
+            def wrapper(self, *args, __original=original, **kwargs):
+                if id(self) in active:
+                    return __original(self, *args, **kwargs)
+                active.add(id(self))
+                try:
+                    out = __original(self, *args, **kwargs)
+                finally:
+                    active.discard(id(self))
+                name = names.get(id(self))
+                if name is not None:
+                    n = counts.get(name, 0)
+                    counts[name] = n + 1
+                    key = name if n == 0 else f"{name}#{n}"
+                    outputs[key] = np.asarray(_first_array(out))
+                    kinds[key] = type(self).__name__
+                return out
+
+            cls.__call__ = wrapper
+    try:
+        yield
+    finally:
+        for cls, original in patched.items():
+            if original is None:
+                del cls.__call__
+            else:
+                cls.__call__ = original
+
+
+def _params_by_module(torch_model: torch.nn.Module, jax_model: nnx.Module) -> tuple[dict, dict]:
+    t = {name: sum(p.numel() for p in m.parameters(recurse=False)) for name, m in torch_model.named_modules()}
+    j: dict[str, int] = {}
+    for key, var in module_state(jax_model).items():
+        if isinstance(var, nnx.Param):
+            owner = key.rpartition(".")[0]
+            j[owner] = j.get(owner, 0) + int(np.prod(var[...].shape))
+    return t, j
+
+
+def _run_both(torch_model, jax_model, inputs, train: bool):
+    x = np.asarray(inputs)
+    torch_model.train(train)
+    jax_model.train(train)
+    t_out, t_kind, t_final = _record_torch(torch_model, torch.from_numpy(np.array(x)))
+    j_out: dict[str, np.ndarray] = {}
+    j_kind: dict[str, str] = {}
+    with _recording(jax_model, j_out, j_kind):
+        j_final = np.asarray(jax_model(jax.numpy.asarray(x)))
+    return t_out, t_kind, t_final, j_out, j_kind, j_final
+
+
+def compare_models(torch_model: torch.nn.Module, jax_model: nnx.Module, inputs, *, train: bool = False,
+                   rtol: float = 1e-5, atol: float = 1e-6) -> ModelComparison:
+    """Run both models on ``inputs`` and compare every layer's output (and the final output).
+
+    Args:
+      torch_model: the reference ``torch.nn.Module``.
+      jax_model: its ``jax_impl`` twin (same module names), e.g. after
+        ``parity.convert.load_torch_state_dict``.
+      inputs: one input batch (array-like, NCHW).
+      train: run both in training mode (BatchNorm batch statistics; note this
+        updates both models' running statistics, as a torch forward does).
+      rtol, atol: a layer is ``ok`` when ``|jax - torch| <= atol + rtol * max|torch|``.
+
+    Returns:
+      A :class:`ModelComparison`; ``str()`` of it is a table, its
+      ``first_divergence`` the first layer (in torch's call order) beyond tolerance.
+    """
+    t_out, t_kind, t_final, j_out, j_kind, j_final = _run_both(torch_model, jax_model, inputs, train)
+    t_params, j_params = _params_by_module(torch_model, jax_model)
+    t_out["(output)"], j_out["(output)"] = t_final, j_final
+    t_kind["(output)"] = j_kind["(output)"] = type(torch_model).__name__
+    records = []
+    for name in list(t_out) + [n for n in j_out if n not in t_out]:
+        a, b = t_out.get(name), j_out.get(name)
+        base = name.split("#")[0]
+        rec = dict(name=name, kind=t_kind.get(name, j_kind.get(name, "?")),
+                   torch_shape=None if a is None else tuple(a.shape), jax_shape=None if b is None else tuple(b.shape),
+                   torch_params=t_params.get(base, 0), jax_params=j_params.get(base, 0))
+        if a is None or b is None or a.shape != b.shape:
+            records.append(LayerRecord(**rec, ok=False))
+            continue
+        diff = np.abs(b.astype(np.float64) - a.astype(np.float64))
+        scale = float(np.abs(a).max()) if a.size else 0.0
+        abs_err = float(diff.max()) if diff.size else 0.0
+        rel_err = abs_err / scale if scale > 0 else abs_err
+        ok = bool(abs_err <= atol + rtol * scale) and np.array_equal(np.isnan(a), np.isnan(b))
+        records.append(LayerRecord(**rec, max_abs_err=abs_err, max_rel_err=rel_err, ok=ok))
+    return ModelComparison(records, rtol, atol)
+
+
+def summary(torch_model: torch.nn.Module, jax_model: nnx.Module, input_shape, *, dtype=np.float32) -> str:
+    """torchsummary-style table: each layer's output shape and parameter count in torch and JAX, side by side.
+
+    A ``!`` marks a layer whose shapes or parameter counts differ. Runs both
+    models once in eval mode on zeros of ``input_shape`` (batch included).
+    """
+    x = np.zeros(tuple(input_shape), dtype)
+    t_out, t_kind, _, j_out, _, _ = _run_both(torch_model, jax_model, x, train=False)
+    t_params, j_params = _params_by_module(torch_model, jax_model)
+    head = f"{'layer':<28} {'type':<18} {'torch output':<20} {'jax output':<20} {'torch #':>10} {'jax #':>10}"
+    lines = [head, "=" * len(head)]
+    for name in list(t_out) + [n for n in j_out if n not in t_out]:
+        base = name.split("#")[0]
+        a, b = t_out.get(name), j_out.get(name)
+        ts, js = None if a is None else a.shape, None if b is None else b.shape
+        tp, jp = (t_params.get(base, 0), j_params.get(base, 0)) if "#" not in name else (0, 0)
+        mark = "" if ts == js and tp == jp else "  !"
+        lines.append(f"{name:<28} {t_kind.get(name, '?'):<18} {_shape(ts):<20} {_shape(js):<20} {tp:>10,} {jp:>10,}{mark}")
+    t_total = sum(p.numel() for p in torch_model.parameters())
+    j_total = sum(int(np.prod(v[...].shape)) for v in module_state(jax_model).values() if isinstance(v, nnx.Param))
+    t_train = sum(p.numel() for p in torch_model.parameters() if p.requires_grad)
+    lines += ["=" * len(head), f"Total params: torch {t_total:,}, jax {j_total:,}{'' if t_total == j_total else '  !'}",
+              f"Trainable params: torch {t_train:,}, jax {j_total:,}"]
+    return "\n".join(lines)
