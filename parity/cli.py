@@ -5,6 +5,8 @@ Subcommands are wired only once they work:
 - ``parity config validate FILE...``: checks configs; exit 2 on the first bad one.
 - ``parity config show [FILE] [key=value ...]``: prints the resolved config
   (every torch default filled in). Without FILE, the default experiment.
+- ``parity summary [FILE] [key=value ...]``: the config's model in torch and
+  JAX side by side, per layer (output shape, parameter count).
 
 Exit codes: 0 success, 2 bad input (config, override, missing file), as
 argparse uses 2 for usage errors. Bad input never writes anything.
@@ -54,6 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     show.set_defaults(handler=_config_show)
     config.set_defaults(handler=lambda args: _print_help(config))
+
+    summary = commands.add_parser(
+        "summary",
+        help="per-layer output shapes and parameter counts, torch and JAX side by side",
+        description="Build the config's model in torch and in JAX (same weights) and print a "
+        "torchsummary-style table for both, marking mismatches with '!'.",
+    )
+    summary.add_argument("file", nargs="?", metavar="FILE", help=f"config file (default: {default_config_path().name})")
+    summary.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    summary.add_argument("--batch-size", type=int, default=1, help="batch size of the probe input (default 1)")
+    summary.set_defaults(handler=_summary)
     return parser
 
 
@@ -70,12 +83,26 @@ def _config_validate(args: argparse.Namespace) -> int:
 
 
 def _config_show(args: argparse.Namespace) -> int:
+    config = _load(args)
+    sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return 0
+
+
+def _load(args: argparse.Namespace):
     file, overrides = args.file, list(args.overrides)
     if file is not None and "=" in file and not Path(file).exists():
-        overrides.insert(0, file)  # `parity config show key=value`: the default config, overridden
+        overrides.insert(0, file)  # `parity ... key=value`: the default config, overridden
         file = None
-    config = load_config(file if file is not None else default_config_path(), overrides)
-    sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return load_config(file if file is not None else default_config_path(), overrides)
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from parity.models import build_models, input_shape, summary
+
+    config = _load(args)
+    torch_model, jax_model = build_models(config.model, seed=config.train.seed)
+    print(f"{config.name}: {config.model.name}")
+    print(summary(torch_model, jax_model, (args.batch_size, *input_shape(config))))
     return 0
 
 

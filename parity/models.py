@@ -23,7 +23,7 @@ from flax import nnx
 
 from parity.convert.modules import module_state
 
-__all__ = ["LayerRecord", "ModelComparison", "compare_models", "summary"]
+__all__ = ["LayerRecord", "ModelComparison", "build_models", "compare_models", "input_shape", "summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,3 +235,30 @@ def summary(torch_model: torch.nn.Module, jax_model: nnx.Module, input_shape, *,
     lines += ["=" * len(head), f"Total params: torch {t_total:,}, jax {j_total:,}{'' if t_total == j_total else '  !'}",
               f"Trainable params: torch {t_train:,}, jax {j_total:,}"]
     return "\n".join(lines)
+
+
+def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.Module]:
+    """Both models of a config's ``model`` section, the JAX one holding exactly the torch one's weights.
+
+    ``torch_ref.models.<name>(**kwargs)`` is built after ``torch.manual_seed(seed)``;
+    ``jax_impl.models.<name>(**kwargs)`` is then loaded with its state dict, so
+    both sides start identical (the init-from-torch contract of every parity run).
+    """
+    import jax_impl.models as jm
+    import torch_ref.models as tm
+    from parity.convert.modules import load_torch_state_dict
+
+    kwargs = model_config.resolved_kwargs()
+    torch.manual_seed(seed)
+    torch_model = getattr(tm, model_config.name)(**kwargs)
+    jax_model = getattr(jm, model_config.name)(**kwargs, rngs=nnx.Rngs(seed))
+    load_torch_state_dict(jax_model, torch_model.state_dict())
+    return torch_model, jax_model
+
+
+def input_shape(config) -> tuple[int, ...]:
+    """One sample's shape for a config's data set: digits ``(1, 8, 8)``, synthetic its ``image_shape``."""
+    dataset = config.data.dataset
+    if dataset.name == "digits":
+        return (1, 8, 8)
+    return tuple(dataset.resolved_kwargs()["image_shape"])
