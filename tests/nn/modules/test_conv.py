@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import jax_impl.nn as nn
-from tests.nn.modules.harness import assert_within, build_pair, compare_module
+from parity.layer_check import assert_within, build_pair, compare_module
 
 DRAWS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = [np.float32, np.float64]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jax_impl.nn as nn
-from tests.nn.modules.harness import assert_within, build_pair, compare_module
+from parity.layer_check import assert_within, build_pair, compare_module
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

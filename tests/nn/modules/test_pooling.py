@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import jax_impl.nn as nn
-from tests.nn.modules.harness import assert_within, compare_module
+from parity.layer_check import assert_within, compare_module
 
 DRAWS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,4 +1,6 @@
-"""Run a torch module and its jax_impl twin on the same input; measure forward and gradient agreement.
+"""Run a torch layer and its ``jax_impl.nn`` twin on the same input; measure forward and gradient agreement.
+
+Used by the layer tests (tests/nn/modules) and docs/parity_layers.py.
 
 Both modules are built after the same seed (``torch.manual_seed`` /
 ``jax_impl.data.manual_seed``): their parameters must come out bit-identical
@@ -16,6 +18,8 @@ import torch
 from flax import nnx
 
 from jax_impl.data import manual_seed
+
+__all__ = ["FWD_TOL", "GRAD_TOL", "assert_within", "build_pair", "compare_module", "rel_err"]
 
 # Bars of issue #5 (forward / gradients), per dtype.
 FWD_TOL = {np.float32: 1e-5, np.float64: 1e-12}
