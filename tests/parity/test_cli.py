@@ -74,3 +74,12 @@ def test_bad_input_exit_codes(args, message, capsys):
 def test_usage_errors_exit_2():
     assert run("nonsense").returncode == 2
     assert run("config").returncode == 2
+
+
+def test_summary_prints_both_models_side_by_side(capsys):
+    assert main(["summary"]) == 0
+    out = capsys.readouterr().out
+    assert "lenet-digits: LeNet" in out
+    for layer in ("conv1", "conv2", "fc1", "fc2", "fc3"):
+        assert layer in out
+    assert "Total params: torch 22,298, jax 22,298" in out and "  !" not in out
