@@ -1,4 +1,4 @@
-"""torch.nn.functional's conv, pool, linear and pad ops on NCHW jax arrays.
+"""torch.nn.functional on NCHW jax arrays: conv, pool, linear, pad here; norm, activations, dropout, losses re-exported.
 
 Every function takes torch's argument names and defaults and reproduces its
 output shapes, padding rules and divisors (see REFERENCE-nn-data.md part A,
@@ -16,6 +16,46 @@ import numpy as np
 from jax import lax
 
 from jax_impl.nn import _pool_indices
+from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: torch.nn.functional names)
+    celu,
+    dropout,
+    dropout1d,
+    dropout2d,
+    dropout3d,
+    elu,
+    gelu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    prelu,
+    relu,
+    relu6,
+    selu,
+    sigmoid,
+    silu,
+    softplus,
+    softsign,
+    tanh,
+    tanhshrink,
+    threshold,
+)
+from jax_impl.nn._functional_loss import (  # noqa: F401
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    log_softmax,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+    softmax,
+)
+from jax_impl.nn._functional_norm import batch_norm  # noqa: F401
 
 _HIGHEST = lax.Precision.HIGHEST
 _DIMENSION_NUMBERS = {

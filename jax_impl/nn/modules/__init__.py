@@ -1,7 +1,33 @@
 """torch.nn's layer classes as ``flax.nnx`` modules (see :mod:`jax_impl.nn`)."""
 
+from jax_impl.nn.modules.activation import (
+    CELU,
+    ELU,
+    GELU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    PReLU,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Softsign,
+    Tanh,
+    Tanhshrink,
+    Threshold,
+)
+from jax_impl.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from jax_impl.nn.modules.container import ModuleList, Sequential
 from jax_impl.nn.modules.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from jax_impl.nn.modules.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from jax_impl.nn.modules.flatten import Flatten, Unflatten
 from jax_impl.nn.modules.linear import Identity, Linear
 from jax_impl.nn.modules.loss import (
@@ -35,9 +61,11 @@ __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
     "AvgPool1d", "AvgPool2d", "AvgPool3d",
-    "BCELoss", "BCEWithLogitsLoss", "Buffer",
+    "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Buffer", "CELU",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
-    "CrossEntropyLoss", "Flatten", "HuberLoss", "Identity", "KLDivLoss", "L1Loss", "Linear",
-    "MSELoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Module", "ModuleList", "NLLLoss",
-    "Sequential", "SmoothL1Loss", "Unflatten",
+    "CrossEntropyLoss", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "ELU", "Flatten", "GELU",
+    "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "Identity", "KLDivLoss", "L1Loss", "LeakyReLU",
+    "Linear", "LogSigmoid", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "Module",
+    "ModuleList", "NLLLoss", "PReLU", "ReLU", "ReLU6", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss",
+    "Softmax", "Softplus", "Softsign", "SyncBatchNorm", "Tanh", "Tanhshrink", "Threshold", "Unflatten",
 ]

@@ -1,0 +1,279 @@
+"""torch.nn.functional's activations and dropout, with torch's values and gradients at the kinks.
+
+Forward formulas follow torch's CPU kernels (``aten/src/ATen/native/cpu/
+Activation.cpp``, ``UnaryOpsKernel.cpp``). Where JAX's derivative at a kink
+differs from torch's backward kernel, a ``custom_jvp`` supplies torch's:
+
+- ``relu``: ``x > 0 ? g : 0`` (0 at 0); forward ``clamp_min(x, 0)`` keeps NaN;
+- ``hardtanh`` / ``relu6``: ``(x <= min or x >= max) ? 0 : g``;
+- ``leaky_relu``: ``x > 0 ? g : g * slope``;
+- ``hardsigmoid``: ``-3 < x < 3 ? g / 6 : 0``;
+- ``hardswish``: ``x < -3 ? 0 : x <= 3 ? g * (x / 3 + 0.5) : g``;
+- ``threshold``: ``x > threshold ? g : 0``.
+
+``inplace=`` is accepted and ignored: JAX arrays are immutable, the result is
+returned.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl.nn._functional_loss import log_softmax, softmax
+
+__all__ = [
+    "celu", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "gelu", "hardsigmoid", "hardswish",
+    "hardtanh", "leaky_relu", "log_softmax", "logsigmoid", "mish", "prelu", "relu", "relu6", "selu", "sigmoid",
+    "silu", "softmax", "softplus", "softsign", "tanh", "tanhshrink", "threshold",
+]
+
+# torch/csrc/api/include/torch/nn/functional/activation.h, aten Activation.cpp
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _with_torch_grad(forward, derivative):
+    """``forward(x)`` whose derivative is ``derivative(x)`` (torch's backward kernel), via ``custom_jvp``."""
+
+    @jax.custom_jvp
+    def f(x):
+        return forward(x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return forward(x), derivative(x) * t
+
+    return f
+
+
+def _zero(x):
+    return jnp.zeros((), x.dtype)
+
+
+def _one(x):
+    return jnp.ones((), x.dtype)
+
+
+_relu = _with_torch_grad(lambda x: jnp.where(x <= 0, _zero(x), x), lambda x: jnp.where(x > 0, _one(x), _zero(x)))
+
+
+def relu(input, inplace: bool = False):
+    """``max(x, 0)``, NaN kept; gradient 0 at 0 as torch's ``threshold_backward``."""
+    return _relu(jnp.asarray(input))
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    """``clamp(x, min_val, max_val)``; gradient 0 at and beyond the bounds (torch's ``hardtanh_backward``)."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    x = jnp.asarray(input)
+    lo, hi = jnp.asarray(min_val, x.dtype), jnp.asarray(max_val, x.dtype)
+    f = _with_torch_grad(
+        lambda x: jnp.where(x < lo, lo, jnp.where(x > hi, hi, x)),
+        lambda x: jnp.where((x <= lo) | (x >= hi), _zero(x), _one(x)),
+    )
+    return f(x)
+
+
+def relu6(input, inplace: bool = False):
+    """``hardtanh(x, 0, 6)``, as torch implements it."""
+    return hardtanh(input, 0.0, 6.0)
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    """``x > 0 ? x : x * negative_slope``; gradient ``x > 0 ? g : g * negative_slope``."""
+    x = jnp.asarray(input)
+    slope = jnp.asarray(negative_slope, x.dtype)
+    f = _with_torch_grad(lambda x: jnp.where(x > 0, x, x * slope), lambda x: jnp.where(x > 0, _one(x), slope))
+    return f(x)
+
+
+def _elu(x, alpha: float, scale: float, input_scale: float):
+    # aten elu kernel: x > 0 ? x * poscoef : expm1(x * negiptcoef) * negcoef, negcoef = alpha * scale.
+    negcoef = jnp.asarray(alpha, x.dtype) * jnp.asarray(scale, x.dtype)
+    poscoef = jnp.asarray(scale, x.dtype)
+    negiptcoef = jnp.asarray(input_scale, x.dtype)
+    return jnp.where(x > 0, x * poscoef, jnp.expm1(x * negiptcoef) * negcoef)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    """``x > 0 ? x : alpha * (exp(x) - 1)`` (``expm1``)."""
+    return _elu(jnp.asarray(input), alpha, 1.0, 1.0)
+
+
+def selu(input, inplace: bool = False):
+    """``scale * elu(x, alpha)`` with torch's constants."""
+    return _elu(jnp.asarray(input), _SELU_ALPHA, _SELU_SCALE, 1.0)
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``; torch raises for ``alpha == 0``."""
+    if alpha == 0:
+        raise ValueError("ZeroDivisionError")
+    return _elu(jnp.asarray(input), alpha, 1.0, 1.0 / alpha)
+
+
+def gelu(input, approximate: str = "none"):
+    """``x * Phi(x)`` (``approximate='none'``, erf) or torch's tanh approximation."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate}")
+    x = jnp.asarray(input)
+    if approximate == "tanh":
+        # aten GeluKernel: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        inner = jnp.asarray(math.sqrt(2 / math.pi), x.dtype) * (x + jnp.asarray(0.044715, x.dtype) * x * x * x)
+        return 0.5 * x * (1 + jnp.tanh(inner))
+    return x * 0.5 * (1 + jax.scipy.special.erf(x * jnp.asarray(1 / math.sqrt(2), x.dtype)))
+
+
+def sigmoid(input):
+    """``1 / (1 + exp(-x))``."""
+    return jax.nn.sigmoid(jnp.asarray(input))
+
+
+def tanh(input):
+    """``tanh(x)``."""
+    return jnp.tanh(jnp.asarray(input))
+
+
+def silu(input, inplace: bool = False):
+    """``x * sigmoid(x)``."""
+    x = jnp.asarray(input)
+    return x * jax.nn.sigmoid(x)
+
+
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+    """``x * beta > threshold ? x : log1p(exp(x * beta)) / beta``."""
+    x = jnp.asarray(input)
+    b = jnp.asarray(beta, x.dtype)
+    z = x * b
+    safe = jnp.where(z > threshold, _zero(x), z)  # no overflow in the branch torch does not take
+    return jnp.where(z > threshold, x, jnp.log1p(jnp.exp(safe)) / b)
+
+
+def mish(input, inplace: bool = False):
+    """``x * tanh(softplus(x))``."""
+    x = jnp.asarray(input)
+    return x * jnp.tanh(jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(x, 0))
+
+
+def hardsigmoid(input, inplace: bool = False):
+    """``relu6(x + 3) / 6``; gradient ``g / 6`` strictly inside ``(-3, 3)``."""
+    x = jnp.asarray(input)
+    f = _with_torch_grad(
+        lambda x: jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6,
+        lambda x: jnp.where((x > -3) & (x < 3), jnp.asarray(1 / 6, x.dtype), _zero(x)),
+    )
+    return f(x)
+
+
+def hardswish(input, inplace: bool = False):
+    """``x * relu6(x + 3) / 6``; gradient as torch's ``hardswish_backward``."""
+    x = jnp.asarray(input)
+    f = _with_torch_grad(
+        lambda x: x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6,
+        lambda x: jnp.where(x < -3, _zero(x), jnp.where(x <= 3, x / 3 + 0.5, _one(x))),
+    )
+    return f(x)
+
+
+def logsigmoid(input):
+    """``log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))``."""
+    x = jnp.asarray(input)
+    return jnp.minimum(x, 0) - jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+def softsign(input):
+    """``x / (1 + |x|)``."""
+    x = jnp.asarray(input)
+    return x / (1 + jnp.abs(x))
+
+
+def tanhshrink(input):
+    """``x - tanh(x)``."""
+    x = jnp.asarray(input)
+    return x - jnp.tanh(x)
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False):
+    """``x > threshold ? x : value``; gradient ``x > threshold ? g : 0``."""
+    x = jnp.asarray(input)
+    t, v = jnp.asarray(threshold, x.dtype), jnp.asarray(value, x.dtype)
+    f = _with_torch_grad(lambda x: jnp.where(x > t, x, v), lambda x: jnp.where(x > t, _one(x), _zero(x)))
+    return f(x)
+
+
+def prelu(input, weight):
+    """``x > 0 ? x : weight * x``; a ``(C,)`` weight broadcasts over dim 1 (dim 0 of 1-D input)."""
+    x, w = jnp.asarray(input), jnp.asarray(weight)
+    if w.size != 1:
+        channels = x.shape[1] if x.ndim >= 2 else x.shape[0]
+        if w.size != channels:
+            raise ValueError(
+                f"Mismatch of parameter numbers and input channel size. Found parameter numbers = {w.size} "
+                f"and channel size = {channels}."
+            )
+        w = w.reshape((-1,) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w
+    return jnp.where(x > 0, x, w * x)
+
+
+# ----------------------------------------------------------------------------- dropout
+
+
+def _check_p(p: float) -> None:
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _dropout(x, p: float, training: bool, rng, noise_shape):
+    _check_p(p)
+    if p == 0 or not training or x.size == 0:
+        return x
+    if p == 1:
+        # aten: input * zeros({}) (keeps NaN, gives -0 for negatives)
+        return x * jnp.zeros((), x.dtype)
+    if rng is None:
+        raise ValueError("dropout in training mode with 0 < p < 1 needs a PRNG key: rng=jax.random.key(...)")
+    keep = jax.random.bernoulli(rng, 1 - p, noise_shape)
+    # aten _dropout_impl: noise.bernoulli_(1 - p); noise.div_(1 - p); input * noise.
+    # The scalar 1 - p is rounded to the tensor dtype before the division.
+    scale = jnp.asarray(1, x.dtype) / jnp.asarray(np.float64(1 - p), x.dtype)
+    return x * jnp.where(keep, scale, jnp.zeros((), x.dtype))
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
+    """``torch.nn.functional.dropout``: zero each element with probability ``p``, scale the rest.
+
+    Kept elements are ``x * (1 / float(1 - p))`` exactly as torch's CPU
+    kernel rounds it; ``p == 1`` gives ``x * 0``. ``rng`` is a jax PRNG key
+    (the mask's random numbers are not torch's).
+    """
+    x = jnp.asarray(input)
+    return _dropout(x, p, training, rng, x.shape)
+
+
+def _feature_dropout(x, p, training, rng, nd: int, name: str):
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ValueError(f"{name}: Expected {nd + 1}D or {nd + 2}D input, but received a {x.ndim}D input.")
+    # aten make_feature_noise: one draw per (batch, channel), broadcast over the spatial dims.
+    batch_dims = 2 if x.ndim == nd + 2 else 1
+    return _dropout(x, p, training, rng, x.shape[:batch_dims] + (1,) * nd)
+
+
+def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
+    """Channel-wise dropout on ``(N, C, L)`` or ``(C, L)``."""
+    return _feature_dropout(jnp.asarray(input), p, training, rng, 1, "dropout1d")
+
+
+def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
+    """Channel-wise dropout on ``(N, C, H, W)`` or ``(C, H, W)``."""
+    return _feature_dropout(jnp.asarray(input), p, training, rng, 2, "dropout2d")
+
+
+def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
+    """Channel-wise dropout on ``(N, C, D, H, W)`` or ``(C, D, H, W)``."""
+    return _feature_dropout(jnp.asarray(input), p, training, rng, 3, "dropout3d")
