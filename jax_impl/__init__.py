@@ -5,4 +5,9 @@ Names mirror torch's namespaces (``jax_impl.optim``, ``jax_impl.nn``,
 never imports torch: it works where torch is not installed.
 """
 
+from jax_impl._xla_cpu import configure_cpu as _configure_cpu
+
 __version__ = "0.1.0"
+
+# Switch XLA:CPU's YNNPACK convolutions off before jax's backend starts (see jax_impl/_xla_cpu.py).
+_configure_cpu()

@@ -1,5 +1,7 @@
 import os
 
+import jax_impl  # noqa: F401  (first: sets XLA:CPU flags before jax's backend starts, see jax_impl/_xla_cpu.py)
+
 from hypothesis import settings
 
 pytest_plugins = ["pytester"]

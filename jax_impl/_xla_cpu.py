@@ -1,0 +1,83 @@
+"""XLA:CPU settings that jax_impl needs for torch parity, applied when ``jax_impl`` is imported.
+
+jaxlib 0.10's XLA:CPU hands convolutions with more than 16 channels to
+YNNPACK. In a full ResNet-18 train step those convolutions' weight
+gradients came out up to 9% off torch's (and off float64), while each layer
+alone, and the same graph with YNNPACK convolutions off, agree to ~1e-5
+(tests/models/test_models.py); YNNPACK's weight-gradient convolution is also
+7-20x slower (benchmarks/conv_speed.py). So ``jax_impl`` switches YNNPACK
+convolutions off with
+``--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``.
+
+XLA reads ``XLA_FLAGS`` once, when the CPU backend starts, and aborts on
+unknown flags: the flag is added only if the installed jaxlib knows it
+(its name is in jaxlib's shared library), only if the user has not set it
+themselves, and only before the backend has started; otherwise
+:func:`configure_cpu` warns.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import mmap
+import os
+import warnings
+
+__all__ = ["YNN_FLAG", "configure_cpu", "ynn_convolutions_disabled"]
+
+_FLAG_NAME = "xla_cpu_experimental_ynn_fusion_type"
+YNN_FLAG = f"--{_FLAG_NAME}=-individual_convolution"
+
+
+@functools.cache
+def _jaxlib_knows_flag() -> bool:
+    try:
+        import jaxlib
+    except ImportError:  # pragma: no cover - jax always brings jaxlib
+        return False
+    needle = _FLAG_NAME.encode()
+    for path in glob.glob(os.path.join(os.path.dirname(jaxlib.__file__), "*.so")):
+        if os.path.getsize(path) < 1 << 20:
+            continue
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data.find(needle) >= 0:
+                return True
+    return False
+
+
+def _backend_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def ynn_convolutions_disabled() -> bool:
+    """Whether ``XLA_FLAGS`` (as this process set it) switches YNNPACK convolutions off."""
+    return YNN_FLAG in os.environ.get("XLA_FLAGS", "").split()
+
+
+def configure_cpu() -> bool:
+    """Add :data:`YNN_FLAG` to ``XLA_FLAGS`` if jaxlib knows it and nobody chose otherwise.
+
+    Returns:
+      True when YNNPACK convolutions are (or will be, at backend start) off.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _FLAG_NAME in flags:
+        return ynn_convolutions_disabled()  # the user's explicit choice stands
+    if not _jaxlib_knows_flag():
+        return False
+    if _backend_started():
+        warnings.warn(
+            "jax's CPU backend started before jax_impl was imported, so XLA's YNNPACK convolutions stay on; "
+            "their weight gradients were seen to differ from torch by up to 9% in a ResNet. Import jax_impl "
+            f"before running any jax computation, or set XLA_FLAGS={YNN_FLAG}.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {YNN_FLAG}".strip()
+    return True
