@@ -8,7 +8,9 @@ differs from torch's backward kernel, a ``custom_jvp`` supplies torch's:
 - ``hardtanh`` / ``relu6``: ``(x <= min or x >= max) ? 0 : g``;
 - ``leaky_relu``: ``x > 0 ? g : g * slope``;
 - ``hardsigmoid``: ``-3 < x < 3 ? g / 6 : 0``;
-- ``hardswish``: ``x < -3 ? 0 : x <= 3 ? g * (x / 3 + 0.5) : g``;
+- ``hardswish``: ``x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : g``;
+- ``logsigmoid``: ``x < 0 ? 1 - z / (1 + z) : z / (1 + z)``, ``z = exp(-|x|)``;
+- ``celu``: the input scale ``1 / float32(alpha)``, as torch's derivative formula rounds it;
 - ``threshold``: ``x > threshold ? g : 0``.
 
 ``inplace=`` is accepted and ignored: JAX arrays are immutable, the result is
@@ -112,10 +114,20 @@ def selu(input, inplace: bool = False):
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False):
-    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``; torch raises for ``alpha == 0``."""
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``; torch raises for ``alpha == 0``.
+
+    torch's backward (derivatives.yaml: ``elu_backward(grad, alpha, 1, 1.0/alpha.toFloat(), ...)``)
+    uses ``1 / float32(alpha)`` as the input scale even for float64 input, so the gradient is
+    ``x <= 0 ? g * s * alpha * exp(x * s) : g`` with that rounded ``s``.
+    """
     if alpha == 0:
         raise ValueError("ZeroDivisionError")
-    return _elu(jnp.asarray(input), alpha, 1.0, 1.0 / alpha)
+    x = jnp.asarray(input)
+    s = jnp.asarray(1.0 / float(np.float32(alpha)), x.dtype)
+    a = jnp.asarray(alpha, x.dtype)
+    f = _with_torch_grad(lambda x: _elu(x, alpha, 1.0, 1.0 / alpha),
+                         lambda x: jnp.where(x <= 0, s * a * jnp.exp(x * s), _one(x)))
+    return f(x)
 
 
 def gelu(input, approximate: str = "none"):
@@ -166,25 +178,34 @@ def hardsigmoid(input, inplace: bool = False):
     x = jnp.asarray(input)
     f = _with_torch_grad(
         lambda x: jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6,
-        lambda x: jnp.where((x > -3) & (x < 3), jnp.asarray(1 / 6, x.dtype), _zero(x)),
+        # torch's kernel multiplies by one_sixth = 1.0f / 6.0f, a float32 constant even for float64.
+        lambda x: jnp.where((x > -3) & (x < 3), jnp.asarray(np.float32(1) / np.float32(6), x.dtype), _zero(x)),
     )
     return f(x)
 
 
 def hardswish(input, inplace: bool = False):
-    """``x * relu6(x + 3) / 6``; gradient as torch's ``hardswish_backward``."""
+    """``x * relu6(x + 3) / 6``; gradient as torch's ``hardswish_backward``: 0 up to -3, 1 from 3 on."""
     x = jnp.asarray(input)
     f = _with_torch_grad(
         lambda x: x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6,
-        lambda x: jnp.where(x < -3, _zero(x), jnp.where(x <= 3, x / 3 + 0.5, _one(x))),
+        lambda x: jnp.where(x <= -3, _zero(x), jnp.where(x < 3, x / 3 + 0.5, _one(x))),
     )
     return f(x)
 
 
+def _logsigmoid_grad(x):
+    # aten log_sigmoid_backward: x < 0 ? 1 - z/(1+z) : z/(1+z), z = exp(-|x|) (0.5 at +-0).
+    z = jnp.exp(-jnp.abs(x))
+    return jnp.where(x < 0, _one(x), _zero(x)) - jnp.where(x < 0, _one(x), -_one(x)) * (z / (1 + z))
+
+
+_logsigmoid = _with_torch_grad(lambda x: jnp.minimum(x, 0) - jnp.log1p(jnp.exp(-jnp.abs(x))), _logsigmoid_grad)
+
+
 def logsigmoid(input):
     """``log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))``."""
-    x = jnp.asarray(input)
-    return jnp.minimum(x, 0) - jnp.log1p(jnp.exp(-jnp.abs(x)))
+    return _logsigmoid(jnp.asarray(input))
 
 
 def softsign(input):

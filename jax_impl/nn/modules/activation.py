@@ -165,8 +165,9 @@ class Hardtanh(Module):
     """``torch.nn.Hardtanh(min_val=-1.0, max_val=1.0, inplace=False)``."""
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
-        if min_val > max_val:
-            raise ValueError("min_val cannot be greater than max_val")
+        if max_val <= min_val:
+            # torch raises AssertionError here (torch/nn/modules/activation.py, Hardtanh.__init__).
+            raise AssertionError(f"max_val ({max_val}) must be greater than min_val ({min_val})")
         self.min_val = min_val
         self.max_val = max_val
         self.inplace = inplace

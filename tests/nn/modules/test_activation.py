@@ -1,0 +1,72 @@
+"""Activation modules against torch.nn: forward and input gradient, float32 and float64, kinks included.
+
+Inputs mix standard normals with the points where torch's backward kernels
+define the derivative by convention (0 for ReLU, the clamp bounds of
+Hardtanh/ReLU6, +-3 for Hardsigmoid/Hardswish, the threshold of Threshold,
+large |x| for Softplus's threshold). Measured: ReLU, ReLU6, Hardtanh,
+LeakyReLU, Threshold, PReLU forward and gradients bit-identical; the
+transcendental ones (ELU, SELU, CELU, GELU, SiLU, Mish, Softplus,
+LogSigmoid, Sigmoid, Tanh) <= ~4e-7 float32 / ~5e-16 float64 relative
+(libm vs XLA's polynomial approximations). Bars: issue #5's.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+import jax_impl.nn as nn
+from parity.layer_check import assert_within, compare_module
+
+CASES = [
+    ("ReLU", (), {}), ("ReLU6", (), {}), ("LeakyReLU", (0.2,), {}), ("ELU", (0.7,), {}), ("SELU", (), {}),
+    ("CELU", (1.3,), {}), ("GELU", (), {}), ("GELU", (), {"approximate": "tanh"}), ("SiLU", (), {}),
+    ("Mish", (), {}), ("Softplus", (), {}), ("Softplus", (2.0, 5.0), {}), ("Sigmoid", (), {}), ("Tanh", (), {}),
+    ("Hardtanh", (-0.5, 2.0), {}), ("Hardsigmoid", (), {}), ("Hardswish", (), {}), ("LogSigmoid", (), {}),
+    ("Softsign", (), {}), ("Tanhshrink", (), {}), ("Threshold", (0.1, -2.0), {}), ("Softmax", (1,), {}),
+    ("LogSoftmax", (-1,), {}),
+]
+KINKS = [0.0, -0.0, 1.0, -1.0, 6.0, -0.5, 2.0, 3.0, -3.0, 0.1, 25.0, -25.0, 2.5, 1e-8]
+
+
+def _input(rng, dtype):
+    x = rng.standard_normal((3, 5, 4)) * 3
+    flat = x.reshape(-1)
+    flat[: len(KINKS)] = KINKS
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name, args, kwargs", CASES, ids=[f"{c[0]}{c[1]}{c[2] or ''}" for c in CASES])
+def test_activation_matches_torch(name, args, kwargs, dtype):
+    with jax.enable_x64(dtype == np.float64):
+        x = _input(np.random.default_rng(0), dtype)
+        errors = compare_module(getattr(torch.nn, name)(*args, **kwargs), getattr(nn, name)(*args, **kwargs), x)
+        assert_within(errors, dtype)
+        if name in ("ReLU", "ReLU6", "Hardtanh", "LeakyReLU", "Threshold"):
+            assert errors == {"forward": 0.0, "grad input": 0.0}, errors
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("num", [1, 5])
+def test_prelu_matches_torch(dtype, num):
+    with jax.enable_x64(dtype == np.float64):
+        tdt = torch.float64 if dtype == np.float64 else torch.float32
+        x = _input(np.random.default_rng(1), dtype)
+        errors = compare_module(torch.nn.PReLU(num, 0.3, dtype=tdt), nn.PReLU(num, 0.3, dtype=jax.numpy.dtype(dtype)), x)
+        assert_within(errors, dtype)
+
+
+def test_relu_keeps_nan_like_torch():
+    x = np.array([np.nan, -1.0, 0.0, 2.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(nn.ReLU()(x)), torch.relu(torch.tensor(x)).numpy())
+
+
+def test_hardtanh_bad_bounds_raise_like_torch():
+    with pytest.raises(AssertionError) as theirs:
+        torch.nn.Hardtanh(1.0, -1.0)
+    with pytest.raises(AssertionError) as ours:
+        nn.Hardtanh(1.0, -1.0)
+    assert str(ours.value) == str(theirs.value)
