@@ -1,5 +1,6 @@
 """torch.utils.data without torch: datasets, samplers, collate, DataLoader and torch's RNG stream."""
 
+from jax_impl.data import datasets, transforms
 from jax_impl.data.collate import default_collate, default_convert
 from jax_impl.data.dataloader import DataLoader, device_prefetch, get_worker_info
 from jax_impl.data.dataset import (
@@ -24,6 +25,6 @@ from jax_impl.data.sampler import (
 __all__ = [
     "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler", "Generator",
     "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
-    "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert", "default_generator",
-    "device_prefetch", "get_worker_info", "initial_seed", "manual_seed", "random_split", "seed",
+    "TensorDataset", "WeightedRandomSampler", "datasets", "default_collate", "default_convert", "default_generator",
+    "device_prefetch", "get_worker_info", "initial_seed", "manual_seed", "random_split", "seed", "transforms",
 ]
