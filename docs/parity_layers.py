@@ -107,11 +107,37 @@ def _pool_cases(rng: np.random.Generator) -> Iterator[Case]:
                (2, 3, *(int(rng.integers(1, 10)) for _ in range(nd))), {})
 
 
+def _batchnorm_cases(rng: np.random.Generator) -> Iterator[Case]:
+    for _ in range(CONFIGS_PER_FAMILY):
+        nd = int(rng.integers(1, 4))
+        c = int(rng.integers(1, 7))
+        spatial = () if nd == 1 and rng.integers(0, 2) else tuple(int(rng.integers(2, 5)) for _ in range(nd))
+        kw = dict(eps=float(rng.choice([1e-5, 1e-3])), momentum=[0.1, 0.5, None][int(rng.integers(0, 3))],
+                  affine=bool(rng.integers(0, 2)), track_running_stats=bool(rng.integers(0, 2)))
+        name = f"BatchNorm{nd}d"
+        yield (name, lambda td, n=name, kw=kw, c=c: getattr(torch.nn, n)(c, **kw, dtype=td),
+               lambda jd, n=name, kw=kw, c=c: getattr(jnn, n)(c, **kw, dtype=jd), (4, c, *spatial), {})
+
+
+_ACTIVATIONS = [("ReLU", ()), ("ReLU6", ()), ("LeakyReLU", (0.2,)), ("ELU", (0.7,)), ("SELU", ()), ("CELU", (1.3,)),
+                ("GELU", ()), ("SiLU", ()), ("Mish", ()), ("Softplus", ()), ("Sigmoid", ()), ("Tanh", ()),
+                ("Hardtanh", ()), ("Hardsigmoid", ()), ("Hardswish", ()), ("LogSigmoid", ()), ("Softsign", ()),
+                ("Tanhshrink", ()), ("Softmax", (1,)), ("LogSoftmax", (1,))]
+
+
+def _activation_cases(rng: np.random.Generator) -> Iterator[Case]:
+    for name, args in _ACTIVATIONS:
+        yield (name, lambda td, n=name, a=args: getattr(torch.nn, n)(*a), lambda jd, n=name, a=args: getattr(jnn, n)(*a),
+               (3, 5, 4), {})
+
+
 FAMILIES: dict[str, Callable[[np.random.Generator], Iterator[Case]]] = {
     "Conv1d/2d/3d (stride, int/'same'/'valid' padding, dilation, groups, bias, 4 padding modes)": _conv_cases,
     "ConvTranspose1d/2d/3d (stride, padding, output_padding, groups, dilation, bias)": _conv_transpose_cases,
     "Linear": _linear_cases,
     "MaxPool/AvgPool 1-3d (ceil_mode, dilation, count_include_pad), adaptive pools": _pool_cases,
+    "BatchNorm1d/2d/3d, training (affine, track_running_stats, momentum incl. None, eps)": _batchnorm_cases,
+    "activations (20 modules, inputs include the kinks)": _activation_cases,
 }
 
 
@@ -156,5 +182,84 @@ def layers_section(extra_families: dict | None = None) -> str:
             f"| {label} | {n} | {'yes' if init_equal else 'no'} | {_fmt(worst['f32 fwd'])} | {_fmt(worst['f32 grad'])} "
             f"| {_fmt(worst['f64 fwd'])} | {_fmt(worst['f64 grad'])} |"
         )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def models_section() -> str:
+    """LeNet and ResNet-18/34/50: torch weights converted, logits and one SGD step compared."""
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    import jax_impl.models as jm
+    import torch_ref.models as tm
+    from jax_impl import optim as jopt
+    from jax_impl.nn import _functional_loss as JF
+    from parity.convert import load_torch_state_dict, to_torch_state_dict
+    from parity.models import compare_models
+
+    models = {
+        "LeNet (1x8x8)": (lambda: tm.LeNet(10, 1, 8), lambda: jm.LeNet(10, 1, 8, rngs=nnx.Rngs(0)), (8, 1, 8, 8)),
+        "LeNet (3x32x32)": (lambda: tm.LeNet(10, 3, 32), lambda: jm.LeNet(10, 3, 32, rngs=nnx.Rngs(0)), (8, 3, 32, 32)),
+        "ResNet-18": (lambda: tm.resnet18(10), lambda: jm.resnet18(10, rngs=nnx.Rngs(0)), (4, 3, 64, 64)),
+        "ResNet-34 (zero_init_residual)": (lambda: tm.resnet34(10, zero_init_residual=True),
+                                           lambda: jm.resnet34(10, zero_init_residual=True, rngs=nnx.Rngs(0)),
+                                           (4, 3, 64, 64)),
+        "ResNet-50 (zero_init_residual)": (lambda: tm.resnet50(10, zero_init_residual=True),
+                                           lambda: jm.resnet50(10, zero_init_residual=True, rngs=nnx.Rngs(0)),
+                                           (4, 3, 64, 64)),
+    }
+    lines = [
+        "## Models",
+        "",
+        "torch_ref.models built after `torch.manual_seed(0)`, weights converted into jax_impl.models with "
+        "`parity.convert.load_torch_state_dict`; input: standard normal images. Logits: max abs error relative "
+        "to max |logit| (issue #6 bars: 1e-5 eval, 1e-4 train); worst layer: the largest per-layer relative "
+        "error in train mode (`parity.compare_models`); SGD step: parameters after one step of SGD(lr=0.1, "
+        "momentum=0.9, weight_decay=1e-4) on cross entropy in train mode, worst relative error over all "
+        "parameters and buffers (bar 1e-5).",
+        "",
+        "| model | logits, eval | logits, train | worst layer, train | one SGD step |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, (make_t, make_j, shape) in models.items():
+        row = []
+        for train in (False, True):
+            torch.manual_seed(0)
+            t, j = make_t(), make_j()
+            load_torch_state_dict(j, t.state_dict())
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            report = compare_models(t, j, x, train=train, rtol=1.0, atol=0.0)
+            row.append(report.layers[-1].max_rel_err)
+            worst = max(r.max_rel_err for r in report.layers)
+        torch.manual_seed(0)
+        t, j = make_t(), make_j()
+        load_torch_state_dict(j, t.state_dict())
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        y = np.random.default_rng(1).integers(0, 10, shape[0])
+        t.train()
+        opt = torch.optim.SGD(t.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        torch.nn.functional.cross_entropy(t(torch.tensor(x)), torch.tensor(y)).backward()
+        opt.step()
+        j.train()
+        tx = jopt.sgd(lr=0.1, momentum=0.9, weight_decay=1e-4)
+        opt_state = tx.init(nnx.state(j, nnx.Param))
+
+        @nnx.jit
+        def step(model, opt_state, x, y, tx=tx):
+            grads = nnx.grad(lambda m: JF.cross_entropy(m(x), y))(model)
+            params = nnx.state(model, nnx.Param)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            nnx.update(model, optax.apply_updates(params, updates))
+            return opt_state
+
+        step(j, opt_state, jnp.asarray(x), jnp.asarray(y))
+        got = to_torch_state_dict(j)
+        sgd = max(
+            float(np.abs(got[k].numpy().astype(np.float64) - v.numpy()).max() / max(np.abs(v.numpy()).max(), 1e-30))
+            for k, v in t.state_dict().items()
+        )
+        lines.append(f"| {label} | {_fmt(row[0])} | {_fmt(row[1])} | {_fmt(worst)} | {_fmt(sgd)} |")
     lines.append("")
     return "\n".join(lines)
