@@ -127,11 +127,16 @@ def time_interleaved(calls: dict[str, Callable[[], None]], *, warmup: int, repea
 
 def jax_stepper(tx: Any, params: dict, grads: dict, *, exact: bool) -> Callable[[], None]:
     """A no-argument call doing one jitted, donated update of a private copy of ``params``."""
+    # Arguments in the order of the results: JAX pairs each donated input with the first
+    # unclaimed output of the same shape and dtype, so ``(g, s, p) -> (p, s)`` would alias
+    # each parameter's output to a *state* buffer of the same shape and XLA would add a copy
+    # of every parameter and every state leaf (a train step ``(params, opt_state, ...) ->
+    # (params, opt_state)`` aliases each buffer to itself, as here).
     if exact:
-        def step(g, s, p):
+        def step(g, p, s):
             return tx.step(g, s, p)
     else:
-        def step(g, s, p):
+        def step(g, p, s):
             updates, s = tx.update(g, s, p)
             return optax.apply_updates(p, updates), s
 
@@ -140,7 +145,7 @@ def jax_stepper(tx: Any, params: dict, grads: dict, *, exact: bool) -> Callable[
     box["s"] = tx.init(box["p"])
 
     def call() -> None:
-        box["p"], box["s"] = jitted(grads, box["s"], box["p"])
+        box["p"], box["s"] = jitted(grads, box["p"], box["s"])
         jax.block_until_ready(box["p"])
 
     return call
@@ -274,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup": args.warmup,
             "repeats": args.repeats,
             "statistic": "median", "order": "JAX variants round-robin within each repeat; torch timed separately afterwards",
-            "jax": "jax.jit(step, donate_argnums=(state, params)); grads as a jit argument; block_until_ready",
+            "jax": "jax.jit(step(grads, params, state) -> (params, state), donate_argnums=(params, state)): every donated buffer aliases its own output; grads as a jit argument; block_until_ready",
             "torch": "optimizer.step() with .grad set once; CPU single-tensor path",
         },
         "results": results,

@@ -5,6 +5,8 @@ Subcommands are wired only once they work:
 - ``parity config validate FILE...``: checks configs; exit 2 on the first bad one.
 - ``parity config show [FILE] [key=value ...]``: prints the resolved config
   (every torch default filled in). Without FILE, the default experiment.
+- ``parity run [FILE] [key=value ...] [--only torch|jax] [--steps N]``: the
+  end-to-end parity run (exit 1 when the two sides diverge beyond tolerance).
 - ``parity summary [FILE] [key=value ...]``: the config's model in torch and
   JAX side by side, per layer (output shape, parameter count).
 
@@ -57,6 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(handler=_config_show)
     config.set_defaults(handler=lambda args: _print_help(config))
 
+    run = commands.add_parser(
+        "run",
+        help="train a config in torch and JAX side by side and report their divergence",
+        description="Train the config's experiment in both frameworks from identical weights on identical "
+        "batches; write runs/<name>-<timestamp>/ (report.json, report.md, plots). Exit 0 when the final "
+        "parameters agree within train.tolerance, 1 when they do not, 2 on bad input.",
+    )
+    run.add_argument("file", nargs="?", metavar="FILE", help=f"config file (default: {default_config_path().name})")
+    run.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    run.add_argument("--only", choices=["torch", "jax"], help="train one framework only (time and accuracy)")
+    run.add_argument("--steps", type=int, default=None, metavar="N", help="stop after N optimizer steps")
+    run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent folder of the run folder (default runs/)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(handler=_run)
+
     summary = commands.add_parser(
         "summary",
         help="per-layer output shapes and parameter counts, torch and JAX side by side",
@@ -94,6 +111,31 @@ def _load(args: argparse.Namespace):
         overrides.insert(0, file)  # `parity ... key=value`: the default config, overridden
         file = None
     return load_config(file if file is not None else default_config_path(), overrides)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from parity.runner import DivergenceError, render_markdown, run_experiment
+
+    config = _load(args)
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    runs_dir = Path(args.runs_dir)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        probe = runs_dir / ".parity-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(f"runs folder {runs_dir} is not writable: {error}") from None
+    try:
+        report = run_experiment(config, only=args.only, max_steps=args.steps, runs_dir=runs_dir,
+                                progress=not args.no_progress)
+    except DivergenceError as error:
+        print(f"parity: diverged: {error}", file=sys.stderr)
+        return 1
+    print(render_markdown(report))
+    print(f"run folder: {report.run_dir}")
+    return 0 if report.passed else 1
 
 
 def _summary(args: argparse.Namespace) -> int:

@@ -51,9 +51,10 @@ def _torch_or_none() -> Any:
 def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     """Which sqrt the installed torch computes on CPU: ``"ieee"``, ``"mkl-avx512"`` or ``None``.
 
-    Compares ``torch.sqrt`` on float32 values spread over [1, 4) (where MKL's
-    AVX-512 kernel differs from IEEE in 0.6% of cases) with both candidates.
-    ``None`` when torch is missing or neither matches. Cached per process.
+    Compares ``torch.sqrt`` on float32 values in [1, 4) (where MKL's
+    AVX-512 kernel differs from IEEE in 0.6% of cases), at several lengths,
+    with both candidates. ``None`` when torch is missing, or when neither
+    matches at every length (then jax_impl cannot promise bit-identity).
     """
     torch = _torch_or_none()
     if torch is None:
@@ -63,13 +64,21 @@ def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
 
     from jax_impl.optim._mkl_sqrt import torch_sqrt_f32
 
-    x = np.linspace(1.0, 4.0, samples, endpoint=False, dtype=np.float32)
-    got = torch.sqrt(torch.from_numpy(x)).numpy()
-    if np.array_equal(got.view(np.uint32), np.sqrt(x).view(np.uint32)):
-        return "ieee"
-    if np.array_equal(got.view(np.uint32), np.asarray(jax.jit(torch_sqrt_f32)(jnp.asarray(x))).view(np.uint32)):
-        return "mkl-avx512"
-    return None
+    # Several sizes: MKL dispatches by length (and by CPU vendor), so one size can look IEEE while
+    # the small tensors an optimizer test uses are not (seen on an AMD EPYC: 65536 values IEEE, 37 not).
+    rng = np.random.default_rng(0)
+    samples_by_size = [np.linspace(1.0, 4.0, samples, endpoint=False, dtype=np.float32)]
+    samples_by_size += [rng.uniform(1.0, 4.0, n).astype(np.float32) for n in (7, 37, 1000, 100003)]
+    modes = set()
+    for x in samples_by_size:
+        got = torch.sqrt(torch.from_numpy(x)).numpy().view(np.uint32)
+        if np.array_equal(got, np.sqrt(x).view(np.uint32)):
+            modes.add("ieee")
+        elif np.array_equal(got, np.asarray(jax.jit(torch_sqrt_f32)(jnp.asarray(x))).view(np.uint32)):
+            modes.add("mkl-avx512")
+        else:
+            return None
+    return modes.pop() if len(modes) == 1 else None
 
 
 def match_torch_sqrt() -> str | None:

@@ -162,12 +162,17 @@ def _dataset(images: torch.Tensor, labels: torch.Tensor, transform, target_trans
 
 
 def digits(train: bool | None = True, transform=None, target_transform=None, val_fraction: float = 0.2,
-           split_seed: int = 0) -> Dataset:
+           split_seed: int = 0, normalize: bool = False) -> Dataset:
     """scikit-learn's digits as torch tensors, split with ``torch.randperm`` (see ``jax_impl.data.datasets``)."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = torch.from_numpy((bunch.images.astype(np.float32) / np.float32(16.0))[:, None, :, :].copy())
+    images = (bunch.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    if normalize:  # the whole set's mean and std, as jax_impl.data.datasets.digits_arrays
+        mean = np.float32(images.astype(np.float64).mean())
+        std = np.float32(images.astype(np.float64).std())
+        images = (images - mean) / std
+    images = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
     labels = torch.from_numpy(bunch.target.astype(np.int64))
     if train is not None:
         n = len(images)

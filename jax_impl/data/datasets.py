@@ -67,13 +67,22 @@ class ArrayDataset(Dataset[tuple[Any, Any]]):
         return [self[i] for i in indices]
 
 
-def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """All 1797 digits: images float32 ``(N, 1, 8, 8)`` in [0, 1], labels int64 ``(N,)``."""
+def digits_arrays(normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """All 1797 digits: images float32 ``(N, 1, 8, 8)`` in [0, 1], labels int64 ``(N,)``.
+
+    ``normalize=True`` standardises the images with the mean and std of all
+    1797 images (computed in float64, rounded to float32):
+    ``(x - mean) / std`` in float32, which trains LeNet much faster.
+    """
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
     images = (bunch.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
-    return np.ascontiguousarray(images), bunch.target.astype(np.int64)
+    if normalize:
+        mean = np.float32(images.astype(np.float64).mean())
+        std = np.float32(images.astype(np.float64).std())
+        images = (images - mean) / std
+    return np.ascontiguousarray(images, dtype=np.float32), bunch.target.astype(np.int64)
 
 
 def split_indices(n: int, val_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,9 +100,9 @@ def split_indices(n: int, val_fraction: float, split_seed: int) -> tuple[np.ndar
 
 
 def digits(train: bool | None = True, transform: Callable | None = None, target_transform: Callable | None = None,
-           val_fraction: float = 0.2, split_seed: int = 0) -> ArrayDataset:
+           val_fraction: float = 0.2, split_seed: int = 0, normalize: bool = False) -> ArrayDataset:
     """scikit-learn's digits: ``train=True`` the training split, ``False`` the held-out one, ``None`` all 1797."""
-    images, labels = digits_arrays()
+    images, labels = digits_arrays(normalize)
     if train is not None:
         idx = split_indices(len(images), val_fraction, split_seed)[0 if train else 1]
         images, labels = images[idx], labels[idx]

@@ -95,7 +95,7 @@ _MODELS: dict[str, dict[str, Param]] = {
 
 # Datasets the runner can load offline.
 _DATASETS: dict[str, dict[str, Param]] = {
-    "digits": {},
+    "digits": {"normalize": Param("normalize", bool, False)},
     "synthetic": {
         "num_samples": Param("num_samples", int, 512),
         "image_shape": Param("image_shape", tuple[int, ...], (1, 8, 8)),

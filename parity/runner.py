@@ -1,0 +1,417 @@
+"""The end-to-end runner: train one config in torch and in JAX side by side and report how far apart they are.
+
+Both sides start from identical weights (the seeded torch model's, converted),
+read identical batches in identical order (torch's ``DataLoader`` and
+``jax_impl.data.DataLoader`` with the same seed), and use the configured
+optimizer, LR scheduler (stepped per epoch or per step), loss and dtype.
+Recorded: the loss of every step on both sides; after every epoch the
+parameter and BatchNorm-buffer divergence (``parity.compare``: max abs, max
+rel, max ULP, worst leaf), held-out accuracy of both models and their
+prediction agreement, and wall time per epoch. A run folder
+``runs/<name>-<timestamp>/`` receives ``report.json``, ``report.md`` and
+PNG plots. :func:`run_experiment` returns the report; ``report.passed`` is
+False when the final parameters differ beyond ``train.tolerance``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["DivergenceError", "EpochRecord", "RunReport", "run_experiment"]
+
+
+class DivergenceError(RuntimeError):
+    """A side produced NaN/inf: the run stops and names the step and the side."""
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    epoch: int
+    steps: int
+    param_max_abs: float = math.nan
+    param_max_rel: float = math.nan
+    param_max_ulp: int | None = None
+    worst_leaf: str | None = None
+    buffer_max_rel: float = math.nan
+    torch_accuracy: float = math.nan
+    jax_accuracy: float = math.nan
+    agreement: float = math.nan
+    torch_seconds: float = math.nan
+    jax_seconds: float = math.nan
+    lr: float = math.nan
+
+
+@dataclasses.dataclass
+class RunReport:
+    name: str
+    config: dict[str, Any]
+    only: str | None
+    steps: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    epochs: list[EpochRecord] = dataclasses.field(default_factory=list)
+    passed: bool = True
+    first_divergent_step: int | None = None
+    first_divergent_layer: str | None = None
+    run_dir: str | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "epochs": [dataclasses.asdict(e) for e in self.epochs]}
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def _float_dtype(name: str):
+    return {"float32": (torch.float32, np.float32), "float64": (torch.float64, np.float64)}[name]
+
+
+def _cast_jax_model(model, dtype) -> None:
+    import jax.numpy as jnp
+
+    from parity.convert.modules import module_state
+
+    for var in module_state(model).values():
+        value = var[...]
+        if jnp.issubdtype(value.dtype, jnp.floating):
+            var.value = jnp.asarray(value, dtype)
+
+
+def _jax_optimizer(cfg, steps_per_epoch: int):
+    """``jax_impl.optim`` transformation with the scheduler's lr (and cycled momentum) wired in."""
+    from jax_impl.optim import lr_scheduler as S
+    from parity.lr_scheduler import build_jax_schedule
+    from parity.optim import build_jax_optimizer, jax_optimizer_factory
+    from torch_ref.optim import optimizer_spec
+
+    if cfg.scheduler is None:
+        return build_jax_optimizer(cfg.optimizer), None
+    name, kwargs = optimizer_spec(cfg.optimizer)
+    schedule = build_jax_schedule(cfg.scheduler, kwargs["lr"])
+    driven = schedule if cfg.scheduler.interval == "step" else S.per_epoch(schedule, steps_per_epoch=steps_per_epoch)
+    kwargs["lr"] = driven
+    momentum = getattr(schedule, "momentum", None)
+    if momentum is not None:
+        if cfg.scheduler.interval != "step":
+            raise NotImplementedError("momentum cycling with a per-epoch scheduler interval")
+        if "betas" in kwargs:
+            kwargs["betas"] = (momentum, kwargs["betas"][1])
+        elif "momentum" in kwargs:
+            kwargs["momentum"] = momentum
+    return jax_optimizer_factory(name)(**kwargs), schedule
+
+
+def _lr_at(schedule, cfg, step: int, epoch: int) -> float:
+    if schedule is None:
+        from torch_ref.optim import optimizer_spec
+
+        return float(optimizer_spec(cfg.optimizer)[1]["lr"])
+    return float(schedule(step if cfg.scheduler.interval == "step" else epoch))
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def _evaluate(torch_model, jax_model, loaders, np_dtype, t_dtype, only):
+    import jax.numpy as jnp
+
+    t_pred, j_pred, labels = [], [], []
+    if torch_model is not None:
+        torch_model.eval()
+    if jax_model is not None:
+        jax_model.eval()
+    t_loader, j_loader = loaders
+    for (tx, ty), (jx, _) in zip(t_loader, j_loader, strict=True):
+        labels.append(ty.numpy())
+        if only != "jax":
+            with torch.no_grad():
+                t_pred.append(torch_model(tx.to(t_dtype)).argmax(1).numpy())
+        if only != "torch":
+            j_pred.append(np.asarray(jax_model(jnp.asarray(np.asarray(jx), np_dtype)).argmax(1)))
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    t = np.concatenate(t_pred) if t_pred else None
+    j = np.concatenate(j_pred) if j_pred else None
+    acc = lambda p: float((p == y).mean()) if p is not None and len(y) else math.nan  # noqa: E731
+    agree = float((t == j).mean()) if t is not None and j is not None and len(y) else math.nan
+    return acc(t), acc(j), agree
+
+
+def run_experiment(config, *, only: str | None = None, max_steps: int | None = None, runs_dir: str | os.PathLike = "runs",
+                   write: bool = True, progress: bool = True) -> RunReport:
+    """Train ``config`` in both frameworks (or one, ``only='torch'|'jax'``) and compare them.
+
+    Args:
+      config: a :class:`parity.config.ExperimentConfig`.
+      only: train just one side (research comparisons: time and accuracy).
+      max_steps: stop after this many optimizer steps (overrides ``train.max_steps``).
+      runs_dir: parent of the run folder.
+      write: write the run folder (report.json, report.md, plots).
+      progress: show rich progress bars.
+
+    Returns:
+      The :class:`RunReport`.
+
+    Raises:
+      DivergenceError: NaN/inf loss on a side (the report is written first).
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    import jax_impl.nn as jnn
+    from jax_impl.data import datasets as jdata
+    from parity.compare import compare
+    from parity.models import build_models
+    from torch_ref import data as tdata
+    from torch_ref.lr_scheduler import build_scheduler
+    from torch_ref.optim import build_optimizer
+
+    if only not in (None, "torch", "jax"):
+        raise ValueError(f"only must be 'torch', 'jax' or None, got {only!r}")
+    if config.parallel is not None and config.parallel.world_size > 1:
+        raise NotImplementedError("parallel.world_size > 1: data-parallel runs are not wired into the runner yet")
+    t_dtype, np_dtype = _float_dtype(config.train.dtype)
+    x64 = config.train.dtype == "float64"
+    previous_x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        return _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
+                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer)
+    finally:
+        jax.config.update("jax_enable_x64", previous_x64)
+
+
+def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
+         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer):
+    cfg = config
+    max_steps = max_steps if max_steps is not None else cfg.train.max_steps
+    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only)
+    tol = cfg.train.tolerance
+
+    torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+    torch_model = torch_model.to(t_dtype)
+    _cast_jax_model(jax_model, np_dtype)
+    split = dict(val_fraction=cfg.data.val_fraction, split_seed=cfg.data.split_seed)
+    t_train = tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=True, **split),
+                                     seed=cfg.train.seed)
+    j_train = jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=True, **split),
+                                     seed=cfg.train.seed)
+    eval_loaders = None
+    if cfg.data.val_fraction > 0:
+        eval_loaders = (
+            tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=False, **split),
+                                   seed=cfg.train.seed, train=False),
+            jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=False, **split),
+                                   seed=cfg.train.seed, train=False),
+        )
+    steps_per_epoch = len(t_train)
+
+    t_opt = build_optimizer(cfg.optimizer, torch_model)
+    t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
+    tx, schedule = _jax_optimizer(cfg, steps_per_epoch)
+    opt_state = tx.init(nnx.state(jax_model, nnx.Param))
+    loss_kwargs = cfg.train.loss.kwargs
+    t_loss_fn = getattr(torch.nn, cfg.train.loss.name)(**loss_kwargs)
+    j_loss_fn = getattr(jnn, cfg.train.loss.name)(**loss_kwargs)
+
+    @nnx.jit
+    def jax_step(model, opt_state, x, y):
+        loss, grads = nnx.value_and_grad(lambda m: j_loss_fn(m(x), y))(model)
+        params = nnx.state(model, nnx.Param)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        nnx.update(model, optax.apply_updates(params, updates))
+        return loss, opt_state
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    total = cfg.train.epochs * steps_per_epoch if max_steps is None else min(max_steps, cfg.train.epochs * steps_per_epoch)
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[info]}"), disable=not progress, transient=False)
+    step = 0
+    with bar:
+        task = bar.add_task(cfg.name, total=total, info="")
+        for epoch in range(cfg.train.epochs):
+            torch_model.train()
+            jax_model.train()
+            t_time = j_time = 0.0
+            for (tx_b, ty_b), (jx_b, jy_b) in zip(t_train, j_train, strict=True):
+                if max_steps is not None and step >= max_steps:
+                    break
+                record: dict[str, float] = {"step": step, "epoch": epoch, "lr": _lr_at(schedule, cfg, step, epoch)}
+                if only != "jax":
+                    start = time.perf_counter()
+                    t_opt.zero_grad()
+                    t_loss = t_loss_fn(torch_model(tx_b.to(t_dtype)), ty_b)
+                    t_loss.backward()
+                    t_opt.step()
+                    if t_sched is not None and cfg.scheduler.interval == "step":
+                        t_sched.step()
+                    record["torch_loss"] = float(t_loss.item())
+                    t_time += time.perf_counter() - start
+                if only != "torch":
+                    start = time.perf_counter()
+                    j_loss, opt_state = jax_step(jax_model, opt_state, jnp.asarray(np.asarray(jx_b), np_dtype),
+                                                 jnp.asarray(np.asarray(jy_b)))
+                    record["jax_loss"] = float(j_loss)
+                    j_time += time.perf_counter() - start
+                report.steps.append(record)
+                for side in ("torch", "jax"):
+                    value = record.get(f"{side}_loss")
+                    if value is not None and not math.isfinite(value):
+                        report.passed = False
+                        report.message = f"{side} loss is {value} at step {step} (epoch {epoch})"
+                        _finish(report, cfg, runs_dir, write)
+                        raise DivergenceError(report.message)
+                if only is None and report.first_divergent_step is None:
+                    a, b = record["torch_loss"], record["jax_loss"]
+                    if abs(a - b) > tol.atol + tol.rtol * abs(a):
+                        report.first_divergent_step = step
+                step += 1
+                info = " ".join(f"{k.split('_')[0]} {record[k]:.4f}" for k in ("torch_loss", "jax_loss") if k in record)
+                bar.update(task, advance=1, info=f"epoch {epoch + 1}/{cfg.train.epochs}  loss {info}")
+            if t_sched is not None and cfg.scheduler.interval == "epoch" and only != "jax":
+                t_sched.step()
+            rec = EpochRecord(epoch=epoch, steps=step, torch_seconds=t_time, jax_seconds=j_time,
+                              lr=_lr_at(schedule, cfg, step, epoch + 1))
+            if only is None:
+                params = compare(dict(torch_model.named_parameters()),
+                                 {k: v for k, v in _jax_flat(jax_model, nnx.Param).items()},
+                                 rtol=tol.rtol, atol=tol.atol, max_ulp=tol.max_ulp, check_dtype=False)
+                ours = _jax_flat(jax_model, nnx.Param)
+                theirs = {k: v.detach().numpy() for k, v in torch_model.named_parameters()}
+                scaled = {k: _scaled_err(ours[k], theirs[k]) for k in theirs}
+                rec.worst_leaf = max(scaled, key=scaled.get)
+                rec.param_max_rel = scaled[rec.worst_leaf]
+                rec.param_max_abs, rec.param_max_ulp = params.max_abs, params.max_ulp
+                buffers = {k: v.numpy() for k, v in torch_model.state_dict().items() if "running" in k}
+                if buffers:
+                    ours_b = _jax_flat(jax_model, nnx.BatchStat)
+                    rec.buffer_max_rel = max(_scaled_err(ours_b[k], v) for k, v in buffers.items())
+                report.passed = rec.param_max_rel <= tol.rtol
+            if eval_loaders is not None:
+                rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(
+                    torch_model if only != "jax" else None, jax_model if only != "torch" else None,
+                    eval_loaders, np_dtype, t_dtype, only,
+                )
+            report.epochs.append(rec)
+            if max_steps is not None and step >= max_steps:
+                break
+    if only is None and not report.passed:
+        report.first_divergent_layer = report.epochs[-1].worst_leaf
+        report.message = (f"parameters diverged beyond rtol={tol.rtol:g}, atol={tol.atol:g}: worst leaf "
+                          f"{report.first_divergent_layer} (max rel {report.epochs[-1].param_max_rel:.3g})")
+    _finish(report, cfg, runs_dir, write)
+    return report
+
+
+def _scaled_err(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """``max |ours - torch| / max |torch|`` over one array (relative to its scale, not per element)."""
+    theirs = np.asarray(theirs, np.float64)
+    scale = float(np.abs(theirs).max()) if theirs.size else 0.0
+    err = float(np.abs(np.asarray(ours, np.float64) - theirs).max()) if theirs.size else 0.0
+    return err / scale if scale > 0 else err
+
+
+def _jax_flat(model, kind) -> dict[str, np.ndarray]:
+    from flax import nnx
+
+    return {".".join(map(str, k)): np.asarray(v[...]) for k, v in nnx.state(model, kind).flat_state()}
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return "-" if math.isnan(x) else f"{x:.3g}"
+    return str(x)
+
+
+def render_markdown(report: RunReport) -> str:
+    lines = [f"# parity run: {report.name}", "", f"**{'PASSED' if report.passed else 'FAILED'}**"
+             + (f": {report.message}" if report.message else ""), ""]
+    if report.first_divergent_step is not None:
+        lines += [f"First step whose losses differ beyond tolerance: {report.first_divergent_step}", ""]
+    lines += ["| epoch | steps | lr | param max abs | param max rel | max ULP | worst leaf | BN buffers max rel "
+              "| torch acc | jax acc | agreement | torch s | jax s |",
+              "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for e in report.epochs:
+        lines.append(
+            f"| {e.epoch + 1} | {e.steps} | {_fmt(e.lr)} | {_fmt(e.param_max_abs)} | {_fmt(e.param_max_rel)} | "
+            f"{_fmt(e.param_max_ulp)} | {_fmt(e.worst_leaf)} | {_fmt(e.buffer_max_rel)} | {_fmt(e.torch_accuracy)} | "
+            f"{_fmt(e.jax_accuracy)} | {_fmt(e.agreement)} | {_fmt(e.torch_seconds)} | {_fmt(e.jax_seconds)} |"
+        )
+    if report.steps:
+        last = report.steps[-1]
+        lines += ["", f"Final step {last['step']}: torch loss {_fmt(last.get('torch_loss'))}, "
+                      f"jax loss {_fmt(last.get('jax_loss'))}."]
+    lines += ["", "Plots: `loss.png`, `divergence.png`. All numbers: `report.json`."]
+    return "\n".join(lines) + "\n"
+
+
+def _plots(report: RunReport, folder: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [s["step"] for s in report.steps]
+    for side, style in (("torch", "-"), ("jax", "--")):
+        values = [s.get(f"{side}_loss", math.nan) for s in report.steps]
+        if not all(math.isnan(v) for v in values):
+            ax.plot(steps, values, style, label=side)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(report.name)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "loss.png", dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    epochs = [e.epoch + 1 for e in report.epochs]
+    for attr, label in (("param_max_rel", "params max rel"), ("param_max_abs", "params max abs"),
+                        ("buffer_max_rel", "BN buffers max rel")):
+        values = [getattr(e, attr) for e in report.epochs]
+        if any(v > 0 for v in values if not math.isnan(v)):
+            ax.semilogy(epochs, [v if v > 0 else np.nan for v in values], "o-", label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("torch vs jax divergence")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "divergence.png", dpi=100)
+    plt.close(fig)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _finish(report: RunReport, cfg, runs_dir, write: bool) -> None:
+    if not write:
+        return
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = Path(runs_dir) / f"{cfg.name}-{stamp}"
+    suffix = 1
+    while folder.exists():
+        folder = Path(runs_dir) / f"{cfg.name}-{stamp}-{suffix}"
+        suffix += 1
+    folder.mkdir(parents=True)
+    report.run_dir = str(folder)
+    _atomic_write(folder / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
+    _atomic_write(folder / "report.md", render_markdown(report))
+    _plots(report, folder)
