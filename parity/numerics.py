@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["strict_numerics", "seed_everything", "match_torch_sqrt", "probe_torch_sqrt"]
+__all__ = ["match_torch_sqrt", "probe_torch_sqrt", "seed_everything", "sqrt_tolerances", "strict_numerics"]
 
 
 def seed_everything(seed: int) -> None:
@@ -47,6 +47,7 @@ def _torch_or_none() -> Any:
     return torch
 
 
+@functools.cache
 @functools.cache
 def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     """Which sqrt the installed torch computes on CPU: ``"ieee"``, ``"mkl-avx512"`` or ``None``.
@@ -79,6 +80,23 @@ def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
         else:
             return None
     return modes.pop() if len(modes) == 1 else None
+
+
+# When torch's sqrt is unrecognised, sqrt-based optimizers can only be held to issue #3's fallback bar.
+_FALLBACK = {"float32": {"rtol": 1e-5, "atol": 1e-6}, "float64": {"rtol": 1e-12, "atol": 1e-13}}
+
+
+def sqrt_tolerances(dtype: str = "float32", uses_sqrt: bool = True) -> dict[str, float]:
+    """Tolerances for comparing a sqrt-based optimizer run with torch on this machine.
+
+    ``{}`` (bit-identical) when :func:`probe_torch_sqrt` recognises torch's
+    sqrt or the optimizer takes none; otherwise the fallback bar of issue #3
+    (float32: rtol 1e-5, atol 1e-6; float64: rtol 1e-12, atol 1e-13), e.g. on
+    an AMD EPYC, whose MKL sqrt is neither IEEE nor MKL's Intel AVX-512 kernel.
+    """
+    if not uses_sqrt or probe_torch_sqrt() is not None:
+        return {}
+    return dict(_FALLBACK[dtype])
 
 
 def match_torch_sqrt() -> str | None:

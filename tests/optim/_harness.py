@@ -177,6 +177,7 @@ class Trajectory:
     jax_params: dict[str, np.ndarray]
     torch_first: dict[str, np.ndarray]  # after step 1
     jax_first: dict[str, np.ndarray]
+    initial: dict[str, np.ndarray]  # before step 1
     torch_state: dict[str, dict[str, Any]]  # param name -> torch's opt.state[p]
     jax_state: Any  # the NamedTuple, leaves as NumPy
     steps: int
@@ -236,6 +237,7 @@ def run_both(name: str, kwargs: Mapping[str, Any], arrays: Arrays, *, jit: bool 
             jax_params=to_numpy(params),
             torch_first=torch_first,
             jax_first=jax_first,
+            initial=dict(arrays.params),
             torch_state=torch_state(),
             jax_state=to_numpy(state),
             steps=len(arrays.grads),
@@ -289,6 +291,27 @@ def bit_identical_expected(name: str) -> bool:
     return torch_sqrt_kind() is not None or name in SQRT_FREE
 
 
+def assert_first_step_within_operand_ulps(name: str, traj: Trajectory) -> None:
+    """Fallback first-step bar: ``|torch - ours| <= 2 ULP`` of the step's operands ``max(|p0|, |p1|)``.
+
+    A 1-ULP sqrt difference changes the update ``u`` by about an ULP of ``u``;
+    ``p1 = p0 - u`` then differs by up to that plus rounding. Measured in ULPs
+    of ``p1`` itself the gap explodes where ``p0`` and ``u`` cancel (seen: 8
+    ULP of a p1 ~ 4e-3 from p0 ~ 0.5 on an AMD EPYC, whose MKL sqrt neither
+    mode reproduces), so the bar is taken in ULPs of the operands.
+    """
+    for key, want in traj.torch_first.items():
+        want = np.asarray(want)
+        got = np.asarray(traj.jax_first[key])
+        scale = np.maximum(np.abs(np.asarray(traj.initial[key])), np.abs(want))
+        bound = FALLBACK_FIRST_STEP_ULP * np.spacing(scale.astype(want.dtype))
+        excess = np.abs(got.astype(np.float64) - want) - bound
+        assert np.all(excess <= 0), (
+            f"{name} first step beyond {FALLBACK_FIRST_STEP_ULP} ULP of the operands in {key}: "
+            f"max excess {excess.max():.3g}"
+        )
+
+
 def assert_matches_torch(
     name: str,
     traj: Trajectory,
@@ -300,8 +323,7 @@ def assert_matches_torch(
     if bit_identical_expected(name):
         tolerances: dict[str, Any] = {}
     else:
-        first = compare(traj.torch_first, traj.jax_first, max_ulp=FALLBACK_FIRST_STEP_ULP)
-        assert first.passed, f"{name} first step beyond {FALLBACK_FIRST_STEP_ULP} ULP:\n{first.table()}"
+        assert_first_step_within_operand_ulps(name, traj)
         tolerances = {"rtol": FALLBACK_RTOL[dtype]}
     report = compare(traj.torch_params, traj.jax_params, **tolerances)
     if record is not None:

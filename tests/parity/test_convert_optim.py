@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from parity import assert_parity, strict_numerics
+from parity.numerics import sqrt_tolerances
 from parity.config import OptimizerConfig
 from parity.convert import optimizer_state_from_torch, optimizer_state_to_torch
 from parity.optim import build_jax_optimizer
@@ -98,14 +99,16 @@ def shared_jax_optimizer(name: str, kwargs: dict[str, Any]) -> Any:
 
 
 def assert_same_run(name, kwargs, optimizer, tparams, tx, jparams, jstate, grads, label):
-    """Steps both sides on ``grads``; params and states must stay bit-identical."""
+    """Steps both sides on ``grads``; params and states must stay bit-identical (within issue #3's fallback
+    bar for sqrt-based optimizers where torch's sqrt is unrecognised, see ``parity.numerics.sqrt_tolerances``)."""
+    tol = sqrt_tolerances("float32", uses_sqrt=name not in ("sgd", "adamax", "asgd", "rprop"))
     for step, g in enumerate(grads):
         torch_step(optimizer, tparams, g)
         jparams, jstate = tx.step(to_jax(g), jstate, jparams)
         where = f"{label}, step {step + 1} after the hand-over"
-        assert_parity(named(tparams), jparams, msg=where)
+        assert_parity(named(tparams), jparams, msg=where, **tol)
         exported = optimizer_state_to_torch(jstate, jparams, name=name, param_names=TORCH_ORDER, hyperparameters=kwargs)
-        assert_parity(optimizer.state_dict()["state"], exported["state"], msg=where)
+        assert_parity(optimizer.state_dict()["state"], exported["state"], msg=where, **tol)
 
 
 @pytest.mark.parametrize(("name", "kwargs"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -262,4 +265,4 @@ def test_build_jax_optimizer_matches_torch_step() -> None:
     g = gradients(1)[0]
     torch_step(optimizer, tparams, g)
     jparams, _ = tx.step(to_jax(g), tx.init(jparams), jparams)
-    assert_parity(named(tparams), jparams)
+    assert_parity(named(tparams), jparams, **sqrt_tolerances())

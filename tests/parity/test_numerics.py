@@ -51,14 +51,17 @@ def test_x64_toggle_restores():
 
 
 def test_matmul_agrees_with_torch_under_strict_numerics():
-    # float32 64x256 @ 256x64: observed bit-identical on this CPU (max ULP 0).
-    # Accumulation order is a BLAS/XLA blocking choice that may differ on other
-    # CPUs, so the bound is DESIGN.md's reduction bound (1e-5 rel; atol for
-    # sums that cancel to near zero), not 0.
+    # float32 64x256 @ 256x64: bit-identical on an Intel AVX-512 host; on an AMD
+    # EPYC 13% of elements identical, max abs 3.05e-5 on values up to ~60 (MKL
+    # and XLA block the sums differently). The bound is DESIGN.md's reduction
+    # bound: 1e-5 relative, with atol relative to the output scale (1e-5 * 60)
+    # for sums that cancel to near zero.
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 256)).astype(np.float32)
     b = rng.standard_normal((256, 64)).astype(np.float32)
     from parity import assert_parity
 
     with strict_numerics():
-        assert_parity(torch.from_numpy(a) @ torch.from_numpy(b), jnp.asarray(a) @ jnp.asarray(b), rtol=1e-5, atol=1e-5)
+        want = torch.from_numpy(a) @ torch.from_numpy(b)
+        scale = float(want.abs().max())
+        assert_parity(want, jnp.asarray(a) @ jnp.asarray(b), rtol=1e-5, atol=1e-5 * scale)

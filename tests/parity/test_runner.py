@@ -1,0 +1,75 @@
+"""parity run: both frameworks trained side by side from one config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parity.cli import main
+from parity.config import load_config
+from parity.runner import DivergenceError, run_experiment
+
+
+def test_default_config_agrees_and_writes_the_run_folder(tmp_path):
+    """The default experiment (LeNet/digits): issue #8's bar is max rel param divergence <= 1e-4,
+    100% prediction agreement, >= 95% accuracy after 3 epochs. Measured on 2 cores: 5.6e-6, 100%,
+    96.4% on both sides, ~12 s."""
+    report = run_experiment(load_config("configs/lenet_digits.yaml"), runs_dir=tmp_path, progress=False)
+    assert report.passed, report.message
+    last = report.epochs[-1]
+    assert last.param_max_rel <= 1e-4
+    assert last.agreement == 1.0
+    assert last.torch_accuracy >= 0.95 and last.jax_accuracy >= 0.95
+    assert len(report.steps) == 3 * 90
+    for s in report.steps:
+        assert abs(s["torch_loss"] - s["jax_loss"]) <= 1e-4 * abs(s["torch_loss"]) + 1e-6
+    folder = tmp_path / report.run_dir.split("/")[-1]
+    for name in ("report.json", "report.md", "loss.png", "divergence.png"):
+        assert (folder / name).stat().st_size > 0
+    data = json.loads((folder / "report.json").read_text())
+    assert data["passed"] and len(data["epochs"]) == 3
+
+
+def test_float64_and_step_limit(tmp_path):
+    cfg = load_config("configs/lenet_digits.yaml", ["train.dtype=float64"])
+    report = run_experiment(cfg, max_steps=20, runs_dir=tmp_path, progress=False, write=False)
+    assert len(report.steps) == 20
+    # float64 on both sides: measured ~1e-15 after 20 steps; the issue's bar is 1e-10.
+    assert report.epochs[-1].param_max_rel <= 1e-10
+
+
+def test_only_one_side(tmp_path):
+    cfg = load_config("configs/lenet_digits.yaml")
+    report = run_experiment(cfg, only="jax", max_steps=10, runs_dir=tmp_path, progress=False, write=False)
+    assert all("torch_loss" not in s and "jax_loss" in s for s in report.steps)
+    assert report.epochs[-1].jax_accuracy == report.epochs[-1].jax_accuracy  # measured, not NaN
+
+
+def test_resnet_synthetic_config_runs_a_few_steps_in_float64(tmp_path):
+    """ResNet-18, BatchNorm, AdamW + OneCycleLR per step, label smoothing. In float64 (measured ~1e-13).
+
+    In float32 this config's BatchNorm biases in layer4 drift apart within 3 steps (max rel 0.8): with
+    32 images of 32x32, layer4 normalises 32 values per channel, gradients of those biases are ~0
+    and Adam turns their sign noise into full-size steps; open in issue #8.
+    """
+    cfg = load_config("configs/resnet18_synthetic_adamw.yaml", ["train.dtype=float64"])
+    report = run_experiment(cfg, max_steps=3, runs_dir=tmp_path, progress=False, write=False)
+    assert report.epochs[-1].param_max_rel <= 1e-10, report.message
+    assert report.epochs[-1].buffer_max_rel <= 1e-10  # BatchNorm running statistics
+
+
+def test_nan_stops_the_run(tmp_path):
+    cfg = load_config("configs/lenet_digits.yaml", ["optimizer.lr=1.0e+30"])
+    with pytest.raises(DivergenceError, match="loss is nan at step"):
+        run_experiment(cfg, runs_dir=tmp_path, progress=False)
+    assert list(tmp_path.glob("*/report.json"))  # the report is written before stopping
+
+
+def test_cli_run_exit_codes(tmp_path, capsys):
+    assert main(["run", "--steps", "5", "--no-progress", "--runs-dir", str(tmp_path)]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["run", "--steps", "5", "--no-progress", "--runs-dir", str(blocker / "sub")]) == 2
+    assert "not writable" in capsys.readouterr().err
