@@ -41,7 +41,7 @@ def test_show_default_and_overrides(capsys):
     assert main(["config", "show", "optimizer.lr=0.2", "train.epochs=9"]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["optimizer"]["lr"] == 0.2 and shown["train"]["epochs"] == 9
-    assert shown["optimizer"]["name"] == "SGD" and shown["optimizer"]["dampening"] == 0  # torch's default filled in
+    assert shown["optimizer"]["name"] == "Adam" and shown["optimizer"]["eps"] == 1e-8  # torch's default filled in
     assert default_config_path().exists()
 
 
@@ -82,4 +82,5 @@ def test_summary_prints_both_models_side_by_side(capsys):
     assert "lenet-digits: LeNet" in out
     for layer in ("conv1", "conv2", "fc1", "fc2", "fc3"):
         assert layer in out
-    assert "Total params: torch 22,298, jax 22,298" in out and "  !" not in out
+    # LeNet for 1x8x8: conv1 60 + conv2 880 + fc1 64*120+120 + fc2 120*84+84 + fc3 84*10+10 = 19,754
+    assert "Total params: torch 19,754, jax 19,754" in out and "  !" not in out
