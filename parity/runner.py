@@ -101,11 +101,17 @@ def _jax_optimizer(cfg, steps_per_epoch: int):
     kwargs["lr"] = driven
     momentum = getattr(schedule, "momentum", None)
     if momentum is not None:
+        # torch's OneCycleLR/CyclicLR cycle betas[0] of Adam-like optimizers, else `momentum`.
+        import inspect
+
+        from torch_ref.optim import optimizer_class
+
+        defaults = {k: p.default for k, p in inspect.signature(optimizer_class(name)).parameters.items()}
         if cfg.scheduler.interval != "step":
             raise NotImplementedError("momentum cycling with a per-epoch scheduler interval")
-        if "betas" in kwargs:
-            kwargs["betas"] = (momentum, kwargs["betas"][1])
-        elif "momentum" in kwargs:
+        if "betas" in defaults:
+            kwargs["betas"] = (momentum, tuple(kwargs.get("betas", defaults["betas"]))[1])
+        elif "momentum" in defaults:
             kwargs["momentum"] = momentum
     return jax_optimizer_factory(name)(**kwargs), schedule
 
