@@ -312,10 +312,20 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
             report.epochs.append(rec)
             if max_steps is not None and step >= max_steps:
                 break
+    if only is None and (not report.passed or report.first_divergent_step is not None):
+        # Name the first layer (in torch's call order) whose output now differs beyond tolerance,
+        # on the first training batch, in eval mode (no BatchNorm statistics are touched).
+        from parity.models import compare_models
+
+        x_probe = next(iter(t_train))[0].to(t_dtype).numpy()
+        layers = compare_models(torch_model, jax_model, x_probe.astype(np_dtype), train=False,
+                                rtol=tol.rtol, atol=tol.atol)
+        first = layers.first_divergence
+        report.first_divergent_layer = first.name if first is not None else None
     if only is None and not report.passed:
-        report.first_divergent_layer = report.epochs[-1].worst_leaf
-        report.message = (f"parameters diverged beyond rtol={tol.rtol:g}, atol={tol.atol:g}: worst leaf "
-                          f"{report.first_divergent_layer} (max rel {report.epochs[-1].param_max_rel:.3g})")
+        report.message = (f"parameters diverged beyond rtol={tol.rtol:g}: worst tensor {report.epochs[-1].worst_leaf} "
+                          f"(max rel {report.epochs[-1].param_max_rel:.3g}); first divergent layer output: "
+                          f"{report.first_divergent_layer}; first step whose losses differ: {report.first_divergent_step}")
     _finish(report, cfg, runs_dir, write)
     return report
 
@@ -349,7 +359,8 @@ def render_markdown(report: RunReport) -> str:
     lines = [f"# parity run: {report.name}", "", f"**{'PASSED' if report.passed else 'FAILED'}**"
              + (f": {report.message}" if report.message else ""), ""]
     if report.first_divergent_step is not None:
-        lines += [f"First step whose losses differ beyond tolerance: {report.first_divergent_step}", ""]
+        lines += [f"First step whose losses differ beyond tolerance: {report.first_divergent_step}; "
+                  f"first layer whose output differs at the end: {report.first_divergent_layer}", ""]
     lines += ["| epoch | steps | lr | param max abs | param max rel | max ULP | worst leaf | BN buffers max rel "
               "| torch acc | jax acc | agreement | torch s | jax s |",
               "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]

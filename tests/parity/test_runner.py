@@ -82,3 +82,23 @@ def test_shipped_configs_agree_over_their_first_steps(config, tmp_path):
     Adam+OneCycleLR (beta1 cycled) 3.1e-5 (bar 1e-4)."""
     report = run_experiment(load_config(config), max_steps=60, runs_dir=tmp_path, progress=False, write=False)
     assert report.passed, report.message
+
+
+def test_divergence_names_step_and_layer(tmp_path, monkeypatch):
+    """A JAX side that is deliberately wrong (fc3 bias nudged after conversion) is caught and located."""
+    import parity.models as PM
+
+    real = PM.build_models
+
+    def nudged(*args, **kwargs):
+        t, j = real(*args, **kwargs)
+        j.fc3.bias[...] = j.fc3.bias[...].at[0].add(0.5)  # a uniform shift would leave softmax unchanged
+        return t, j
+
+    monkeypatch.setattr(PM, "build_models", nudged)
+    cfg = load_config("configs/lenet_digits.yaml")
+    report = run_experiment(cfg, max_steps=5, runs_dir=tmp_path, progress=False, write=False)
+    assert not report.passed
+    assert report.first_divergent_step == 0
+    assert report.first_divergent_layer == "fc3"
+    assert "fc3" in report.message
