@@ -254,6 +254,10 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                 if max_steps is not None and step >= max_steps:
                     break
                 record: dict[str, float] = {"step": step, "epoch": epoch, "lr": _lr_at(schedule, cfg, step, epoch)}
+                hunting = only is None and report.first_divergent_step is None
+                if hunting:  # both models as they enter this step, to replay it layer by layer if it diverges
+                    t_snap = {k: v.detach().clone() for k, v in torch_model.state_dict().items()}
+                    j_snap = nnx.clone(jax_model)
                 if only != "jax":
                     start = time.perf_counter()
                     t_opt.zero_grad()
@@ -278,10 +282,12 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                         report.message = f"{side} loss is {value} at step {step} (epoch {epoch})"
                         _finish(report, cfg, runs_dir, write)
                         raise DivergenceError(report.message)
-                if only is None and report.first_divergent_step is None:
+                if hunting:
                     a, b = record["torch_loss"], record["jax_loss"]
                     if abs(a - b) > tol.atol + tol.rtol * abs(a):
                         report.first_divergent_step = step
+                        report.first_divergent_layer = _replay_step(torch_model, t_snap, j_snap, tx_b, t_dtype,
+                                                                    np_dtype, tol)
                 step += 1
                 info = " ".join(f"{k.split('_')[0]} {record[k]:.4f}" for k in ("torch_loss", "jax_loss") if k in record)
                 bar.update(task, advance=1, info=f"epoch {epoch + 1}/{cfg.train.epochs}  loss {info}")
@@ -312,22 +318,27 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
             report.epochs.append(rec)
             if max_steps is not None and step >= max_steps:
                 break
-    if only is None and (not report.passed or report.first_divergent_step is not None):
-        # Name the first layer (in torch's call order) whose output now differs beyond tolerance,
-        # on the first training batch, in eval mode (no BatchNorm statistics are touched).
-        from parity.models import compare_models
-
-        x_probe = next(iter(t_train))[0].to(t_dtype).numpy()
-        layers = compare_models(torch_model, jax_model, x_probe.astype(np_dtype), train=False,
-                                rtol=tol.rtol, atol=tol.atol)
-        first = layers.first_divergence
-        report.first_divergent_layer = first.name if first is not None else None
     if only is None and not report.passed:
         report.message = (f"parameters diverged beyond rtol={tol.rtol:g}: worst tensor {report.epochs[-1].worst_leaf} "
-                          f"(max rel {report.epochs[-1].param_max_rel:.3g}); first divergent layer output: "
-                          f"{report.first_divergent_layer}; first step whose losses differ: {report.first_divergent_step}")
+                          f"(max rel {report.epochs[-1].param_max_rel:.3g}); first step whose losses differ, and its "
+                          f"first layer whose output differs: "
+                          f"{report.first_divergent_layer} (at step {report.first_divergent_step})")
     _finish(report, cfg, runs_dir, write)
     return report
+
+
+def _replay_step(torch_model, t_snap, j_snap, x, t_dtype, np_dtype, tol) -> str | None:
+    """The first layer (torch's call order) whose output differs, replaying a step's forward from its start."""
+    import copy
+
+    from parity.models import compare_models
+
+    t_copy = copy.deepcopy(torch_model)
+    t_copy.load_state_dict(t_snap)
+    report = compare_models(t_copy, j_snap, x.to(t_dtype).numpy().astype(np_dtype), train=True,
+                            rtol=tol.rtol, atol=tol.atol)
+    first = report.first_divergence
+    return None if first is None else first.name
 
 
 def _scaled_err(ours: np.ndarray, theirs: np.ndarray) -> float:
@@ -360,7 +371,7 @@ def render_markdown(report: RunReport) -> str:
              + (f": {report.message}" if report.message else ""), ""]
     if report.first_divergent_step is not None:
         lines += [f"First step whose losses differ beyond tolerance: {report.first_divergent_step}; "
-                  f"first layer whose output differs at the end: {report.first_divergent_layer}", ""]
+                  f"replayed layer by layer, its first layer whose output differs: {report.first_divergent_layer}", ""]
     lines += ["| epoch | steps | lr | param max abs | param max rel | max ULP | worst leaf | BN buffers max rel "
               "| torch acc | jax acc | agreement | torch s | jax s |",
               "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
