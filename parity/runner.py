@@ -185,7 +185,9 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     if only not in (None, "torch", "jax"):
         raise ValueError(f"only must be 'torch', 'jax' or None, got {only!r}")
     if config.parallel is not None and config.parallel.world_size > 1:
-        raise NotImplementedError("parallel.world_size > 1: data-parallel runs are not wired into the runner yet")
+        from parity.config import ConfigError
+
+        raise ConfigError("parallel.world_size > 1: data-parallel runs are not supported by the runner yet (issue #9)")
     t_dtype, np_dtype = _float_dtype(config.train.dtype)
     x64 = config.train.dtype == "float64"
     previous_x64 = jax.config.jax_enable_x64
@@ -204,31 +206,38 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only)
     tol = cfg.train.tolerance
 
-    torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
-    torch_model = torch_model.to(t_dtype)
-    _cast_jax_model(jax_model, np_dtype)
-    split = dict(val_fraction=cfg.data.val_fraction, split_seed=cfg.data.split_seed)
-    t_train = tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=True, **split),
-                                     seed=cfg.train.seed)
-    j_train = jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=True, **split),
-                                     seed=cfg.train.seed)
-    eval_loaders = None
-    if cfg.data.val_fraction > 0:
-        eval_loaders = (
-            tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=False, **split),
-                                   seed=cfg.train.seed, train=False),
-            jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=False, **split),
-                                   seed=cfg.train.seed, train=False),
-        )
-    steps_per_epoch = len(t_train)
+    from parity.config import ConfigError
 
-    t_opt = build_optimizer(cfg.optimizer, torch_model)
-    t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
-    tx, schedule = _jax_optimizer(cfg, steps_per_epoch)
-    opt_state = tx.init(nnx.state(jax_model, nnx.Param))
-    loss_kwargs = cfg.train.loss.kwargs
-    t_loss_fn = getattr(torch.nn, cfg.train.loss.name)(**loss_kwargs)
-    j_loss_fn = getattr(jnn, cfg.train.loss.name)(**loss_kwargs)
+    try:  # building both sides: torch's and our constructors reject impossible settings here
+        torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+        torch_model = torch_model.to(t_dtype)
+        _cast_jax_model(jax_model, np_dtype)
+        split = dict(val_fraction=cfg.data.val_fraction, split_seed=cfg.data.split_seed)
+        t_train = tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=True, **split),
+                                         seed=cfg.train.seed)
+        j_train = jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=True, **split),
+                                         seed=cfg.train.seed)
+        eval_loaders = None
+        if cfg.data.val_fraction > 0:
+            eval_loaders = (
+                tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=False, **split),
+                                       seed=cfg.train.seed, train=False),
+                jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=False, **split),
+                                       seed=cfg.train.seed, train=False),
+            )
+        steps_per_epoch = len(t_train)
+
+        t_opt = build_optimizer(cfg.optimizer, torch_model)
+        t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
+        tx, schedule = _jax_optimizer(cfg, steps_per_epoch)
+        opt_state = tx.init(nnx.state(jax_model, nnx.Param))
+        loss_kwargs = cfg.train.loss.kwargs
+        t_loss_fn = getattr(torch.nn, cfg.train.loss.name)(**loss_kwargs)
+        j_loss_fn = getattr(jnn, cfg.train.loss.name)(**loss_kwargs)
+    except (ValueError, NotImplementedError, KeyError, TypeError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
 
     @nnx.jit
     def jax_step(model, opt_state, x, y):

@@ -102,3 +102,13 @@ def test_divergence_names_step_and_layer(tmp_path, monkeypatch):
     assert report.first_divergent_step == 0
     assert report.first_divergent_layer == "fc3"
     assert "fc3" in report.message
+
+
+def test_impossible_settings_exit_2_and_write_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodel: LeNet\noptimizer: {name: Adam, lr: 1.0e-3}\n"
+                   "scheduler: {name: OneCycleLR, max_lr: 0.01, interval: step}\n")  # no total_steps
+    runs = tmp_path / "runs"
+    assert main(["run", "--no-progress", "--runs-dir", str(runs), str(bad)]) == 2
+    assert "cannot build the experiment" in capsys.readouterr().err
+    assert not any(runs.iterdir())
