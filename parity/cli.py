@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=None, metavar="N", help="stop after N optimizer steps")
     run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent folder of the run folder (default runs/)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a run's checkpoint.pt (written after each epoch)")
+    run.add_argument("--resume-from", choices=["torch", "jax"], default=None,
+                     help="both sides continue from this framework's model and optimizer state")
     run.set_defaults(handler=_run)
 
     summary = commands.add_parser(
@@ -129,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"runs folder {runs_dir} is not writable: {error}") from None
     try:
         report = run_experiment(config, only=args.only, max_steps=args.steps, runs_dir=runs_dir,
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, resume=args.resume, resume_from=args.resume_from)
     except DivergenceError as error:
         print(f"parity: diverged: {error}", file=sys.stderr)
         return 1

@@ -152,7 +152,8 @@ def _evaluate(torch_model, jax_model, loaders, np_dtype, t_dtype, only):
 
 
 def run_experiment(config, *, only: str | None = None, max_steps: int | None = None, runs_dir: str | os.PathLike = "runs",
-                   write: bool = True, progress: bool = True) -> RunReport:
+                   write: bool = True, progress: bool = True, resume: str | os.PathLike | None = None,
+                   resume_from: str | None = None) -> RunReport:
     """Train ``config`` in both frameworks (or one, ``only='torch'|'jax'``) and compare them.
 
     Args:
@@ -162,6 +163,9 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
       runs_dir: parent of the run folder.
       write: write the run folder (report.json, report.md, plots).
       progress: show rich progress bars.
+      resume: a ``checkpoint.pt`` written by an earlier run (after each epoch): continue from it.
+      resume_from: ``None`` (each side from its own state), ``"torch"`` or ``"jax"``: both sides
+        continue from that framework's model and optimizer state (cross-framework resume).
 
     Returns:
       The :class:`RunReport`.
@@ -194,13 +198,15 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     jax.config.update("jax_enable_x64", x64)
     try:
         return _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
-                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer)
+                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer,
+                    resume, resume_from)
     finally:
         jax.config.update("jax_enable_x64", previous_x64)
 
 
 def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
-         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer):
+         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer,
+         resume=None, resume_from=None):
     cfg = config
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only)
@@ -238,6 +244,16 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
         if isinstance(error, ConfigError):
             raise
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
+    opt_name = cfg.optimizer.name
+    param_names = [n for n, _ in torch_model.named_parameters()]
+    start_epoch = step = 0
+    if resume is not None:
+        start_epoch, step, opt_state = _load_checkpoint(
+            resume, resume_from, torch_model, t_opt, t_sched, t_train, jax_model, j_train, opt_name, param_names,
+            nnx, ConfigError,
+        )
+    folder = _make_folder(cfg, runs_dir) if write else None
+    report.run_dir = None if folder is None else str(folder)
 
     @nnx.jit
     def jax_step(model, opt_state, x, y):
@@ -252,10 +268,10 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
     total = cfg.train.epochs * steps_per_epoch if max_steps is None else min(max_steps, cfg.train.epochs * steps_per_epoch)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("{task.fields[info]}"), disable=not progress, transient=False)
-    step = 0
     with bar:
         task = bar.add_task(cfg.name, total=total, info="")
-        for epoch in range(cfg.train.epochs):
+        bar.update(task, completed=min(step, total))
+        for epoch in range(start_epoch, cfg.train.epochs):
             torch_model.train()
             jax_model.train()
             t_time = j_time = 0.0
@@ -325,6 +341,9 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                     eval_loaders, np_dtype, t_dtype, only,
                 )
             report.epochs.append(rec)
+            if folder is not None:
+                _save_checkpoint(folder / "checkpoint.pt", epoch + 1, step, torch_model, t_opt, t_sched, t_train,
+                                 jax_model, opt_state, j_train, opt_name, param_names, nnx)
             if max_steps is not None and step >= max_steps:
                 break
     if only is None and not report.passed:
@@ -438,9 +457,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _finish(report: RunReport, cfg, runs_dir, write: bool) -> None:
-    if not write:
-        return
+def _make_folder(cfg, runs_dir) -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = Path(runs_dir) / f"{cfg.name}-{stamp}"
     suffix = 1
@@ -448,6 +465,71 @@ def _finish(report: RunReport, cfg, runs_dir, write: bool) -> None:
         folder = Path(runs_dir) / f"{cfg.name}-{stamp}-{suffix}"
         suffix += 1
     folder.mkdir(parents=True)
+    return folder
+
+
+def _save_checkpoint(path: Path, epoch, step, torch_model, t_opt, t_sched, t_train, jax_model, opt_state, j_train,
+                     opt_name, param_names, nnx) -> None:
+    """Both sides after ``epoch`` epochs, in torch's formats (the JAX side through ``parity.convert``); atomic."""
+    from parity.convert import optimizer_state_to_torch, to_torch_state_dict
+
+    params = nnx.state(jax_model, nnx.Param)
+    checkpoint = {
+        "epoch": epoch,
+        "step": step,
+        "torch": {
+            "model": torch_model.state_dict(),
+            "optimizer": t_opt.state_dict(),
+            "scheduler": None if t_sched is None else t_sched.state_dict(),
+            "generator": t_train.generator.get_state(),
+        },
+        "jax": {
+            "model": to_torch_state_dict(jax_model),
+            "optimizer": optimizer_state_to_torch(opt_state, params, name=opt_name,
+                                                  param_names=[n + ".value" for n in param_names],
+                                                  hyperparameters=t_opt.defaults),
+            "generator": torch.from_numpy(np.array(j_train.generator.get_state())),
+        },
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(checkpoint, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path, resume_from, torch_model, t_opt, t_sched, t_train, jax_model, j_train, opt_name,
+                     param_names, nnx, config_error):
+    """Restore both sides from ``path``; ``resume_from`` picks one framework's model and optimizer state for both."""
+    from parity.convert import load_torch_state_dict, optimizer_state_from_torch
+
+    if resume_from not in (None, "torch", "jax"):
+        raise config_error(f"resume_from must be 'torch' or 'jax', got {resume_from!r}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError) as error:
+        raise config_error(f"cannot read checkpoint {path}: {error}") from None
+    t_src = checkpoint[resume_from or "torch"]
+    j_src = checkpoint[resume_from or "jax"]
+    torch_model.load_state_dict(t_src["model"])
+    # The param_groups (lr, betas as the scheduler left them) are torch's in both cases: same step.
+    t_opt.load_state_dict({"state": t_src["optimizer"]["state"],
+                           "param_groups": checkpoint["torch"]["optimizer"]["param_groups"]})
+    if t_sched is not None:
+        t_sched.load_state_dict(checkpoint["torch"]["scheduler"])
+    t_train.generator.set_state(checkpoint["torch"]["generator"])
+    load_torch_state_dict(jax_model, j_src["model"])
+    params = nnx.state(jax_model, nnx.Param)
+    opt_state = optimizer_state_from_torch(
+        {"state": j_src["optimizer"]["state"], "param_groups": checkpoint["torch"]["optimizer"]["param_groups"]},
+        params, name=opt_name, param_names=[n + ".value" for n in param_names],
+    )
+    j_train.generator.set_state(np.asarray(checkpoint["jax"]["generator"].numpy()))
+    return int(checkpoint["epoch"]), int(checkpoint["step"]), opt_state
+
+
+def _finish(report: RunReport, cfg, runs_dir, write: bool) -> None:
+    if not write:
+        return
+    folder = Path(report.run_dir) if report.run_dir else _make_folder(cfg, runs_dir)
     report.run_dir = str(folder)
     _atomic_write(folder / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
     _atomic_write(folder / "report.md", render_markdown(report))
