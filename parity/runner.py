@@ -473,7 +473,11 @@ def _save_checkpoint(path: Path, epoch, step, torch_model, t_opt, t_sched, t_tra
     """Both sides after ``epoch`` epochs, in torch's formats (the JAX side through ``parity.convert``); atomic."""
     from parity.convert import optimizer_state_to_torch, to_torch_state_dict
 
+    import inspect
+
     params = nnx.state(jax_model, nnx.Param)
+    accepted = inspect.signature(type(t_opt)).parameters  # AdamW's defaults carry Adam's decoupled_weight_decay
+    hyper = {k: v for k, v in t_opt.defaults.items() if k in accepted}
     checkpoint = {
         "epoch": epoch,
         "step": step,
@@ -487,7 +491,7 @@ def _save_checkpoint(path: Path, epoch, step, torch_model, t_opt, t_sched, t_tra
             "model": to_torch_state_dict(jax_model),
             "optimizer": optimizer_state_to_torch(opt_state, params, name=opt_name,
                                                   param_names=[n + ".value" for n in param_names],
-                                                  hyperparameters=t_opt.defaults),
+                                                  hyperparameters=hyper),
             "generator": torch.from_numpy(np.array(j_train.generator.get_state())),
         },
     }
