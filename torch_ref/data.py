@@ -155,6 +155,14 @@ class TransformedDataset(Dataset):
         return image, label
 
 
+def _split(n: int, val_fraction: float, split_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(train, held-out)`` indices: ``torch.randperm(n)`` from a seeded generator, the last
+    ``round(val_fraction * n)`` held out (``torch.utils.data.random_split``'s order)."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
+    k = int(round(val_fraction * n))
+    return perm[: n - k], perm[n - k:]
+
+
 def _dataset(images: torch.Tensor, labels: torch.Tensor, transform, target_transform) -> Dataset:
     if transform is None and target_transform is None:
         return TensorDataset(images, labels)
@@ -163,22 +171,16 @@ def _dataset(images: torch.Tensor, labels: torch.Tensor, transform, target_trans
 
 def digits(train: bool | None = True, transform=None, target_transform=None, val_fraction: float = 0.2,
            split_seed: int = 0, normalize: bool = False) -> Dataset:
-    """scikit-learn's digits as torch tensors, split with ``torch.randperm`` (see ``jax_impl.data.datasets``)."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's digits as torch tensors, split with ``torch.randperm`` (see ``jax_impl.data.datasets``).
 
-    bunch = load_digits()
-    images = (bunch.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
-    if normalize:  # the whole set's mean and std, as jax_impl.data.datasets.digits_arrays
-        mean = np.float32(images.astype(np.float64).mean())
-        std = np.float32(images.astype(np.float64).std())
-        images = (images - mean) / std
-    images = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
-    labels = torch.from_numpy(bunch.target.astype(np.int64))
+    The arrays are ``jax_impl.data.datasets.digits_arrays``'s (the same NumPy
+    loading and standardisation); the split is drawn by torch itself.
+    """
+    from jax_impl.data.datasets import digits_arrays
+
+    images, labels = (torch.from_numpy(a) for a in digits_arrays(normalize))
     if train is not None:
-        n = len(images)
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
-        k = int(round(val_fraction * n))
-        idx = perm[: n - k] if train else perm[n - k:]
+        idx = _split(len(images), val_fraction, split_seed)[0 if train else 1]
         images, labels = images[idx], labels[idx]
     return _dataset(images, labels, transform, target_transform)
 
@@ -205,10 +207,7 @@ def build_dataset(dataset_config, *, train: bool | None = None, val_fraction: fl
         full = synthetic(**kwargs)
         if train is None:
             return full
-        n = len(full)
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
-        k = int(round(val_fraction * n))
-        return Subset(full, (perm[: n - k] if train else perm[n - k:]).tolist())
+        return Subset(full, _split(len(full), val_fraction, split_seed)[0 if train else 1].tolist())
     raise KeyError(f"unknown dataset {dataset_config.name!r}")
 
 

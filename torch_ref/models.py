@@ -16,23 +16,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from jax_impl.models.lenet import lenet_geometry  # one geometry for both sides (pure Python)
+
 __all__ = ["BasicBlock", "Bottleneck", "LeNet", "ResNet", "lenet_geometry", "resnet18", "resnet34", "resnet50"]
-
-
-def lenet_geometry(image_size: int) -> tuple[int, int, int]:
-    """``(kernel, padding, final feature size)`` of LeNet's two conv+pool stages.
-
-    From 28x28 up LeNet-5's 5x5 valid convolutions (32 -> 28 -> 14 -> 10 -> 5);
-    below, 3x3 'same' convolutions (8 -> 8 -> 4 -> 4 -> 2), sized for the 8x8
-    digits.
-    """
-    kernel, padding = (5, 0) if image_size >= 28 else (3, 1)
-    size = image_size
-    for _ in range(2):
-        size = (size + 2 * padding - kernel + 1) // 2
-    if size < 1:
-        raise ValueError(f"LeNet needs image_size >= 4, got {image_size}")
-    return kernel, padding, size
 
 
 class LeNet(nn.Module):
