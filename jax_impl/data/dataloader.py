@@ -35,13 +35,17 @@ What differs, and why:
   script must guard its entry point with ``if __name__ == "__main__":``.
   Pass ``multiprocessing_context="fork"`` for torch's behaviour.
 * **Dataset transfer.** Under ``forkserver``/``spawn`` the dataset is pickled
-  to the workers. numpy arrays of 1 MiB or more are written once per iterator
-  to a file in ``/dev/shm`` and mapped copy-on-write by every worker (the
-  same sharing ``fork`` gives), instead of being copied through a pipe per worker.
+  to the workers. numpy arrays of 1 MiB or more are copied once per iterator
+  into a file in ``/dev/shm`` and mapped copy-on-write by every worker (the
+  same sharing ``fork`` gives), instead of being copied through a pipe per
+  worker; the files stay with the loader, so later epochs copy into pages
+  that are already allocated (see ``_ExportPool``).
 * **Result transport.** Each worker has its own result pipe. Batches are
   pickled with protocol 5; numpy buffers of 64 KiB or more go out-of-band
-  through reusable ``/dev/shm`` slots and are copied once into fresh writable
-  arrays on receipt (torch moves tensors through shared memory too). The main
+  through reusable ``/dev/shm`` slots; the arrays the main process hands out
+  are writable views of those slots, not copies (torch's tensors live in
+  shared memory too), and a slot is reused only after its batch is garbage
+  collected. The main
   process waits on the pipes *and* the workers' process sentinels, so a dead
   worker is reported at once (torch polls every 5 s and relies on a SIGCHLD
   handler).
@@ -58,6 +62,7 @@ What differs, and why:
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import itertools
 import math
@@ -317,12 +322,79 @@ class _InfiniteConstantSampler(Sampler):
 # --------------------------------------------------------------------------- transport
 
 
+class _ExportPool:
+    """The shared files a loader's big arrays were exported to, kept mapped for the next epochs.
+
+    Exporting a big array to a fresh file costs page allocation and faults
+    (about 0.15 s for 188 MB here); copying into a file that is still mapped
+    costs only the copy (0.02 s). So an iterator takes files from its loader's
+    pool (by size), copies the arrays' *current* contents in (a data set
+    changed between epochs is seen changed, as with ``fork``), and gives the
+    files back once its workers have exited. The pool holds one copy of the
+    exported arrays in ``/dev/shm`` between epochs (an iterator needs it
+    during one anyway); it is unlinked when the loader is garbage collected.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[tuple[str, mmap.mmap]]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self, nbytes: int) -> tuple[str, mmap.mmap]:
+        """A file of exactly ``nbytes`` and the parent's shared, writable mapping of it."""
+        with self._lock:
+            files = self._free.get(nbytes)
+            if files:
+                return files.pop()
+        fd, path = tempfile.mkstemp(prefix="jax_impl_dataloader_", dir=_shm_dir())
+        try:
+            # fallocate, not ftruncate: a full tmpfs is an OSError here, not a SIGBUS at the copy.
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, nbytes)
+            else:  # pragma: no cover - non-Linux
+                os.ftruncate(fd, nbytes)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            mm = mmap.mmap(fd, nbytes, flags=flags)
+        except BaseException:
+            _unlink_all([path])
+            raise
+        finally:
+            os.close(fd)
+        return path, mm
+
+    def give_back(self, files: Sequence[tuple[str, mmap.mmap]]) -> None:
+        with self._lock:
+            if not self._closed:  # The loader is gone (an iterator outlived it): nothing to reuse.
+                for path, mm in files:
+                    self._free.setdefault(len(mm), []).append((path, mm))
+                return
+        _close_files(files)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            files = [f for group in self._free.values() for f in group]
+            self._free.clear()
+        _close_files(files)
+
+
+def _close_files(files: Sequence[tuple[str, mmap.mmap]]) -> None:
+    for path, mm in files:
+        with contextlib.suppress(BufferError):
+            mm.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 class _ArrayFilePickler(pickle.Pickler):
     """Pickles a dataset for forkserver/spawn workers, writing big numpy arrays to mapped files."""
 
-    def __init__(self, file: Any, paths: list[str]) -> None:
+    def __init__(
+        self, file: Any, pool: _ExportPool, files: list[tuple[str, mmap.mmap]]
+    ) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._paths = paths
+        self._pool = pool
+        self._files = files
 
     def reducer_override(self, obj: Any) -> Any:
         if not isinstance(obj, np.ndarray) or obj.dtype.hasobject:
@@ -334,10 +406,11 @@ class _ArrayFilePickler(pickle.Pickler):
                 return reduced
         elif type(obj) is not np.ndarray or obj.nbytes < _SHARE_MIN_BYTES:
             return NotImplemented
-        fd, path = tempfile.mkstemp(prefix="jax_impl_dataloader_", dir=_shm_dir())
-        self._paths.append(path)
-        with os.fdopen(fd, "wb") as f:
-            np.ascontiguousarray(obj).tofile(f)
+        path, mm = self._pool.take(obj.nbytes)
+        self._files.append((path, mm))
+        target = np.frombuffer(mm, dtype=obj.dtype).reshape(obj.shape)
+        np.copyto(target, obj)
+        del target  # No buffer of the mapping may outlive this call (the pool closes it).
         return _map_array_file, (path, obj.shape, obj.dtype)
 
 
@@ -390,22 +463,27 @@ def _map_array_file(path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.nd
     return np.frombuffer(mm, dtype=dtype).reshape(shape)
 
 
-def _export_dataset(dataset: Any) -> tuple[bytes, list[str]]:
+def _export_dataset(
+    dataset: Any, pool: _ExportPool | None = None
+) -> tuple[bytes, list[tuple[str, mmap.mmap]]]:
+    """The dataset's pickle for forkserver/spawn workers, and the shared files it refers to."""
     import io
 
-    paths: list[str] = []
+    pool = pool if pool is not None else _ExportPool()
+    files: list[tuple[str, mmap.mmap]] = []
     buf = io.BytesIO()
     try:
-        _ArrayFilePickler(buf, paths).dump(dataset)
+        _ArrayFilePickler(buf, pool, files).dump(dataset)
     except BaseException:
-        _unlink_all(paths)
+        _close_files(files)
         raise
-    return buf.getvalue(), paths
+    return buf.getvalue(), files
 
 
-def _release_files(paths: list[str], receivers: list[Any]) -> None:
+def _release_files(files: list[tuple[str, mmap.mmap]], receivers: list[Any]) -> None:
     """Unlinks exported arrays and batch slots (an iterator's finalizer, if shutdown never ran)."""
-    _unlink_all(paths)
+    _close_files(files)
+    files.clear()
     for i, receiver in enumerate(receivers):
         if receiver is not None:
             receiver.close()
@@ -433,8 +511,9 @@ class _ResultSender:
     64 KiB pieces), so the out-of-band numpy buffers of a batch (pickle
     protocol 5) are written into a slot, a file in ``/dev/shm`` that both sides
     keep mapped, and only the small pickle goes through the pipe. The main
-    process copies the bytes out on receipt and hands the slot back with the
-    worker's next task, so a worker needs about ``prefetch_factor + 1`` slots.
+    process hands the slot back with the worker's next task once the batch
+    viewing it is garbage collected, so a worker needs about
+    ``prefetch_factor + 2`` slots (more while the caller keeps batches).
     """
 
     def __init__(
@@ -509,47 +588,50 @@ class _ResultSender:
 
 
 class _ResultReceiver:
-    """Main-process side of :class:`_ResultSender` for one worker."""
+    """Main-process side of :class:`_ResultSender` for one worker.
+
+    A batch's arrays are views of the slot they arrived in (no copy, as
+    torch's tensors live in the shared memory a worker filled); the slot goes
+    back to the worker once every array of that batch has been garbage
+    collected, so a batch kept by the caller is never overwritten.
+    """
 
     def __init__(self, conn: multiprocessing.connection.Connection) -> None:
         self.conn = conn
         self.slots: dict[int, tuple[str, mmap.mmap]] = {}
-        self.released: list[int] = []  # Sent back to the worker with its next task.
+        # Slots whose arrays are gone, sent back to the worker with its next task. A deque:
+        # the finalizers that fill it may run in any thread that drops a batch.
+        self.released: collections.deque[int] = collections.deque()
 
     def recv(self) -> Any:
         payload, sid, path, spans, dropped = pickle.loads(self.conn.recv_bytes())
         for old in dropped:
-            self.slots.pop(old)[1].close()
+            _close_files([self.slots.pop(old)])
         if sid is None:
             # Writable copies, like the tensors torch hands out.
             return pickle.loads(payload, buffers=[bytearray(b) for b in spans])
         if path is not None:
-            with open(path, "rb") as f:
-                self.slots[sid] = (
-                    path,
-                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
-                )
+            with open(path, "r+b") as f:
+                self.slots[sid] = (path, mmap.mmap(f.fileno(), 0))
         mm = self.slots[sid][1]
-        buffers = []
-        for offset, nbytes in spans:
-            buf = np.empty(nbytes, np.uint8)
-            buf[:] = np.frombuffer(mm, np.uint8, nbytes, offset)
-            buffers.append(buf)
-        self.released.append(sid)
+        whole = np.frombuffer(mm, np.uint8)
+        # Fires when the last array viewing this slot is gone (each view keeps `whole` alive).
+        weakref.finalize(whole, self.released.append, sid)
+        buffers = [whole[offset : offset + nbytes] for offset, nbytes in spans]
+        del whole
         return pickle.loads(payload, buffers=buffers)
 
     def take_released(self) -> list[int]:
-        released, self.released = self.released, []
+        released = []
+        with contextlib.suppress(IndexError):
+            while True:
+                released.append(self.released.popleft())
         return released
 
     def close(self) -> None:
         self.conn.close()
-        for path, mm in self.slots.values():
-            mm.close()
-            with contextlib.suppress(OSError):
-                os.unlink(
-                    path
-                )  # Normally the worker already has; not if it was killed.
+        # A slot still viewed by a batch the caller holds stays mapped until that batch goes.
+        _close_files(list(self.slots.values()))
         self.slots.clear()
 
 
@@ -853,6 +935,9 @@ class DataLoader:
         self.collate_fn = collate_fn
         self.persistent_workers = persistent_workers
 
+        # Shared files of exported arrays, reused by the next epochs' workers (see _ExportPool).
+        self._export_pool = _ExportPool()
+        weakref.finalize(self, self._export_pool.close)
         self.__initialized = True
         self._IterableDataset_len_called: int | None = None
         self._iterator: _BaseDataLoaderIter | None = None
@@ -1068,7 +1153,8 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
             )
         ctx = loader.multiprocessing_context or _default_mp_context()
         self._shutdown = False
-        self._shared_files: list[str] = []
+        self._shared_files: list[tuple[str, mmap.mmap]] = []
+        self._export_pool: _ExportPool = loader._export_pool
         self._workers: list[Any] = []
         self._index_queues: list[Any] = []
         self._receivers: list[_ResultReceiver | None] = []
@@ -1080,8 +1166,8 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
         if ctx.get_start_method() == "fork":
             payload: tuple[bool, Any] = (False, self._dataset)
         else:
-            data, paths = _export_dataset(self._dataset)
-            self._shared_files.extend(paths)
+            data, files = _export_dataset(self._dataset, self._export_pool)
+            self._shared_files.extend(files)
             payload = (True, data)
 
         self._workers_done_event = ctx.Event()
@@ -1321,7 +1407,11 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
                 if receiver is not None:
                     receiver.close()
                     self._receivers[i] = None
-            _unlink_all(self._shared_files)
+            if any(w.is_alive() for w in self._workers):
+                _close_files(self._shared_files)  # Still mapped by a worker: never reused.
+            else:
+                self._export_pool.give_back(self._shared_files)
+            self._shared_files.clear()
 
     def __del__(self) -> None:
         try:

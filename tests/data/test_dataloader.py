@@ -454,6 +454,43 @@ def test_memmap_dataset_is_reopened_not_copied(tmp_path: Any) -> None:
             _assert_same(ours, list(single))
 
 
+def _our_shm_files() -> set[str]:
+    shm = "/dev/shm"
+    if not os.path.isdir(shm):
+        return set()
+    return {f for f in os.listdir(shm) if f.startswith("jax_impl_dataloader_")}
+
+
+def test_kept_batches_stay_intact_and_writable() -> None:
+    """Batches are views of shared slots: one the caller keeps is never overwritten by later ones."""
+    x = np.arange(256 * 2048, dtype=np.float32).reshape(256, 2048)  # 128 KiB a batch: shared slots
+    loader = DataLoader(TensorDataset(x), batch_size=16, num_workers=1)
+    with _alarm(60):
+        for _ in range(2):
+            kept = [b[0] for b in loader]
+            assert len(kept) == 16
+            np.testing.assert_array_equal(np.concatenate(kept), x)
+            kept[0][0, 0] = -1.0  # Writable, as torch's tensors are; the dataset is untouched.
+            assert x[0, 0] == 0.0
+
+
+def test_exported_arrays_are_reused_but_see_changes() -> None:
+    """Later epochs reuse the loader's shared files, copying the data set's current contents in."""
+    before = _our_shm_files()
+    x = np.zeros((2**19,), np.float32)  # 2 MiB: exported to a shared file
+    loader = DataLoader(TensorDataset(x), batch_size=2**17, num_workers=2)
+    with _alarm(60):
+        first = np.concatenate([b[0] for b in loader])
+        files = _our_shm_files() - before
+        x += 1.0
+        second = np.concatenate([b[0] for b in loader])
+        assert _our_shm_files() - before == files and len(files) == 1
+    assert (first == 0.0).all() and (second == 1.0).all()
+    del loader
+    gc.collect()
+    assert _our_shm_files() - before == set()
+
+
 _INIT_TAG: list[int] = []
 
 
