@@ -249,7 +249,7 @@ def _run_pair(
 # --------------------------------------------------------------------------- single process: batches and RNG
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     n=st.integers(1, 40),
     batch_size=st.one_of(st.none(), st.integers(1, 9)),

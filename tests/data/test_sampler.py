@@ -45,7 +45,7 @@ def assert_same_state(g: Generator, t: torch.Generator) -> None:
     np.testing.assert_array_equal(g.get_state(), t.get_state().numpy())
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     seed=seeds,
     n=st.integers(1, 300),
@@ -65,7 +65,7 @@ def test_random_sampler_explicit_generator(
         assert_same_state(g, t)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     seed=seeds,
     n=st.integers(1, 200),
@@ -92,7 +92,7 @@ def test_random_sampler_global_generator(
             )
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     seed=seeds,
     indices=st.lists(st.integers(-50, 50), max_size=60),
@@ -112,7 +112,7 @@ def test_subset_random_sampler(seed: int, indices: list[int], epochs: int) -> No
         )
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     seed=seeds,
     weights=st.lists(st.floats(0.01, 5), min_size=1, max_size=30, unique=True),
@@ -132,7 +132,7 @@ def test_weighted_random_sampler(
     assert len(ours) == len(ref)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     seed=seeds,
     n=st.integers(1, 100),
@@ -158,7 +158,7 @@ def test_batch_sampler(
         assert list(ours) == list(ref)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     n=st.integers(1, 120),
     world=st.integers(1, 8),
