@@ -7,13 +7,15 @@
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Sequence
 from typing import Any
 
 import jax_impl.optim
 from jax_impl.optim import TorchTransformation
 from torch_ref.optim import optimizer_class, optimizer_spec
 
-__all__ = ["build_jax_optimizer", "jax_optimizer_factory"]
+__all__ = ["build_jax_optimizer", "jax_optimizer_factory", "param_group_members"]
 
 
 def jax_optimizer_factory(name: str) -> Any:
@@ -46,3 +48,42 @@ def build_jax_optimizer(section: Any) -> TorchTransformation:
     """
     name, kwargs = optimizer_spec(section)
     return jax_optimizer_factory(name)(**kwargs)
+
+
+def param_group_members(section: Any, names: Sequence[str]) -> list[tuple[dict[str, Any], list[str]]]:
+    """torch's param groups for a config section, as ``(overrides, member names)`` per group.
+
+    Both frameworks build their groups from this one list, so group ``i`` is
+    the same parameters on both sides (torch numbers its optimizer state by
+    the order of ``param_groups[*]["params"]``, which follows ``names``).
+
+    Args:
+      section: an optimizer config section; its ``param_groups`` (globs and
+        overrides, see ``parity.config.schema.OptimizerConfig``) may be empty.
+      names: the parameter names, in ``named_parameters()`` order.
+
+    Returns:
+      Group 0: the parameters no listed group matches, with no overrides
+      (left out when empty); then one entry per listed group, in order.
+
+    Raises:
+      ValueError: a parameter matches two groups (torch's "some parameters
+        appear in more than one parameter group"), or a group matches none.
+    """
+    groups = getattr(section, "param_groups", ()) or ()
+    if not groups:
+        return [({}, list(names))]
+    members: list[list[str]] = [[] for _ in groups]
+    rest: list[str] = []
+    for name in names:
+        hits = [i for i, group in enumerate(groups) if any(fnmatch.fnmatchcase(name, g) for g in group.params)]
+        if len(hits) > 1:
+            raise ValueError(f"some parameters appear in more than one parameter group: {name!r} "
+                             f"(optimizer.param_groups {hits})")
+        (members[hits[0]] if hits else rest).append(name)
+    for i, (group, found) in enumerate(zip(groups, members, strict=True)):
+        if not found:
+            raise ValueError(f"optimizer.param_groups[{i}] ({', '.join(group.params)}) matches no parameter; "
+                             f"the names are like {', '.join(names[:4])}")
+    head = [({}, rest)] if rest else []
+    return head + [(dict(group.overrides), found) for group, found in zip(groups, members, strict=True)]

@@ -86,34 +86,51 @@ def _cast_jax_model(model, dtype) -> None:
             var.value = jnp.asarray(value, dtype)
 
 
-def _jax_optimizer(cfg, steps_per_epoch: int):
-    """``jax_impl.optim`` transformation with the scheduler's lr (and cycled momentum) wired in."""
+def _jax_optimizer(cfg, steps_per_epoch: int, groups):
+    """``jax_impl.optim`` transformation with the scheduler's lr (and cycled momentum) wired in.
+
+    ``groups`` is :func:`parity.optim.param_group_members`' list: one group
+    gives the plain optimizer; several give ``jax_impl.optim.param_groups``
+    with each group's hyperparameters, each lr scheduled from its own value
+    (torch's schedulers scale every group's ``initial_lr``).
+    """
+    import inspect
+
     from jax_impl.optim import lr_scheduler as S
+    from jax_impl.optim import param_groups
     from parity.lr_scheduler import build_jax_schedule
-    from parity.optim import build_jax_optimizer, jax_optimizer_factory
-    from torch_ref.optim import optimizer_spec
+    from parity.optim import jax_optimizer_factory
+    from torch_ref.optim import optimizer_class, optimizer_spec
 
-    if cfg.scheduler is None:
-        return build_jax_optimizer(cfg.optimizer), None
-    name, kwargs = optimizer_spec(cfg.optimizer)
-    schedule = build_jax_schedule(cfg.scheduler, kwargs["lr"])
-    driven = schedule if cfg.scheduler.interval == "step" else S.per_epoch(schedule, steps_per_epoch=steps_per_epoch)
-    kwargs["lr"] = driven
-    momentum = getattr(schedule, "momentum", None)
-    if momentum is not None:
-        # torch's OneCycleLR/CyclicLR cycle betas[0] of Adam-like optimizers, else `momentum`.
-        import inspect
+    name, base = optimizer_spec(cfg.optimizer)
+    defaults = {k: p.default for k, p in inspect.signature(optimizer_class(name)).parameters.items()}
+    factory = jax_optimizer_factory(name)
 
-        from torch_ref.optim import optimizer_class
+    def group_kwargs(overrides):
+        kwargs = {**base, **overrides}
+        if cfg.scheduler is None:
+            return kwargs, None
+        schedule = build_jax_schedule(cfg.scheduler, kwargs.get("lr", defaults["lr"]))
+        driven = schedule if cfg.scheduler.interval == "step" else S.per_epoch(schedule, steps_per_epoch=steps_per_epoch)
+        kwargs["lr"] = driven
+        momentum = getattr(schedule, "momentum", None)
+        if momentum is not None:
+            # torch's OneCycleLR/CyclicLR cycle betas[0] of Adam-like optimizers, else `momentum`.
+            if cfg.scheduler.interval != "step":
+                raise NotImplementedError("momentum cycling with a per-epoch scheduler interval")
+            if "betas" in defaults:
+                kwargs["betas"] = (momentum, tuple(kwargs.get("betas", defaults["betas"]))[1])
+            elif "momentum" in defaults:
+                kwargs["momentum"] = momentum
+        return kwargs, schedule
 
-        defaults = {k: p.default for k, p in inspect.signature(optimizer_class(name)).parameters.items()}
-        if cfg.scheduler.interval != "step":
-            raise NotImplementedError("momentum cycling with a per-epoch scheduler interval")
-        if "betas" in defaults:
-            kwargs["betas"] = (momentum, tuple(kwargs.get("betas", defaults["betas"]))[1])
-        elif "momentum" in defaults:
-            kwargs["momentum"] = momentum
-    return jax_optimizer_factory(name)(**kwargs), schedule
+    built = [group_kwargs(overrides) for overrides, _ in groups]
+    schedule = built[0][1]  # the report's lr column: torch's param_groups[0]['lr']
+    if len(groups) == 1:
+        return factory(**built[0][0]), schedule
+    specs = [{"params": (lambda path, leaf, names=frozenset(names): path in names), **kwargs}
+             for (kwargs, _), (_, names) in zip(built, groups, strict=True)]
+    return param_groups(factory, specs, strict=True), schedule
 
 
 def _lr_at(schedule, cfg, step: int, epoch: int) -> float:
@@ -184,6 +201,7 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     from parity.models import build_models
     from torch_ref import data as tdata
     from torch_ref.lr_scheduler import build_scheduler
+    from parity.optim import param_group_members
     from torch_ref.optim import build_optimizer
 
     if only not in (None, "torch", "jax"):
@@ -198,14 +216,14 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     jax.config.update("jax_enable_x64", x64)
     try:
         return _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
-                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer,
+                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer, param_group_members,
                     resume, resume_from)
     finally:
         jax.config.update("jax_enable_x64", previous_x64)
 
 
 def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
-         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer,
+         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer, param_group_members,
          resume=None, resume_from=None):
     cfg = config
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
@@ -233,9 +251,12 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
             )
         steps_per_epoch = len(t_train)
 
-        t_opt = build_optimizer(cfg.optimizer, torch_model)
+        named = dict(torch_model.named_parameters())
+        groups = param_group_members(cfg.optimizer, list(named))
+        t_opt = build_optimizer(cfg.optimizer, [{"params": [named[n] for n in names], **overrides}
+                                                for overrides, names in groups])
         t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
-        tx, schedule = _jax_optimizer(cfg, steps_per_epoch)
+        tx, schedule = _jax_optimizer(cfg, steps_per_epoch, groups)
         opt_state = tx.init(nnx.state(jax_model, nnx.Param))
         loss_kwargs = cfg.train.loss.kwargs
         t_loss_fn = getattr(torch.nn, cfg.train.loss.name)(**loss_kwargs)
@@ -245,11 +266,10 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
             raise
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
     opt_name = cfg.optimizer.name
-    param_names = [n for n, _ in torch_model.named_parameters()]
     start_epoch = step = 0
     if resume is not None:
         start_epoch, step, opt_state = _load_checkpoint(
-            resume, resume_from, torch_model, t_opt, t_sched, t_train, jax_model, j_train, opt_name, param_names,
+            resume, resume_from, torch_model, t_opt, t_sched, t_train, jax_model, j_train, opt_name, groups,
             nnx, ConfigError,
         )
     folder = _make_folder(cfg, runs_dir) if write else None
@@ -343,7 +363,7 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
             report.epochs.append(rec)
             if folder is not None:
                 _save_checkpoint(folder / "checkpoint.pt", epoch + 1, step, torch_model, t_opt, t_sched, t_train,
-                                 jax_model, opt_state, j_train, opt_name, param_names, nnx)
+                                 jax_model, opt_state, j_train, opt_name, groups, nnx)
             if max_steps is not None and step >= max_steps:
                 break
     if only is None and not report.passed:
@@ -469,15 +489,21 @@ def _make_folder(cfg, runs_dir) -> Path:
 
 
 def _save_checkpoint(path: Path, epoch, step, torch_model, t_opt, t_sched, t_train, jax_model, opt_state, j_train,
-                     opt_name, param_names, nnx) -> None:
+                     opt_name, groups, nnx) -> None:
     """Both sides after ``epoch`` epochs, in torch's formats (the JAX side through ``parity.convert``); atomic."""
-    from parity.convert import optimizer_state_to_torch, to_torch_state_dict
+    from parity.convert import grouped_optimizer_state_to_torch, optimizer_state_to_torch, to_torch_state_dict
 
     import inspect
 
     params = nnx.state(jax_model, nnx.Param)
     accepted = inspect.signature(type(t_opt)).parameters  # AdamW's defaults carry Adam's decoupled_weight_decay
-    hyper = {k: v for k, v in t_opt.defaults.items() if k in accepted}
+    hypers = [{k: v for k, v in group.items() if k in accepted and k != "params"} for group in t_opt.param_groups]
+    if len(groups) == 1:
+        j_opt = optimizer_state_to_torch(opt_state, params, name=opt_name,
+                                         param_names=[n + ".value" for n in groups[0][1]], hyperparameters=hypers[0])
+    else:
+        j_opt = grouped_optimizer_state_to_torch(opt_state, params, name=opt_name, hyperparameters=hypers,
+                                                 groups=[[n + ".value" for n in names] for _, names in groups])
     checkpoint = {
         "epoch": epoch,
         "step": step,
@@ -489,9 +515,7 @@ def _save_checkpoint(path: Path, epoch, step, torch_model, t_opt, t_sched, t_tra
         },
         "jax": {
             "model": to_torch_state_dict(jax_model),
-            "optimizer": optimizer_state_to_torch(opt_state, params, name=opt_name,
-                                                  param_names=[n + ".value" for n in param_names],
-                                                  hyperparameters=hyper),
+            "optimizer": j_opt,
             "generator": torch.from_numpy(np.array(j_train.generator.get_state())),
         },
     }
@@ -501,9 +525,9 @@ def _save_checkpoint(path: Path, epoch, step, torch_model, t_opt, t_sched, t_tra
 
 
 def _load_checkpoint(path, resume_from, torch_model, t_opt, t_sched, t_train, jax_model, j_train, opt_name,
-                     param_names, nnx, config_error):
+                     groups, nnx, config_error):
     """Restore both sides from ``path``; ``resume_from`` picks one framework's model and optimizer state for both."""
-    from parity.convert import load_torch_state_dict, optimizer_state_from_torch
+    from parity.convert import grouped_optimizer_state_from_torch, load_torch_state_dict, optimizer_state_from_torch
 
     if resume_from not in (None, "torch", "jax"):
         raise config_error(f"resume_from must be 'torch' or 'jax', got {resume_from!r}")
@@ -522,12 +546,29 @@ def _load_checkpoint(path, resume_from, torch_model, t_opt, t_sched, t_train, ja
     t_train.generator.set_state(checkpoint["torch"]["generator"])
     load_torch_state_dict(jax_model, j_src["model"])
     params = nnx.state(jax_model, nnx.Param)
-    opt_state = optimizer_state_from_torch(
-        {"state": j_src["optimizer"]["state"], "param_groups": checkpoint["torch"]["optimizer"]["param_groups"]},
-        params, name=opt_name, param_names=[n + ".value" for n in param_names],
-    )
+    j_opt = {"state": j_src["optimizer"]["state"], "param_groups": checkpoint["torch"]["optimizer"]["param_groups"]}
+    if len(groups) == 1:
+        opt_state = optimizer_state_from_torch(j_opt, params, name=opt_name,
+                                               param_names=[n + ".value" for n in groups[0][1]])
+    else:
+        opt_state = grouped_optimizer_state_from_torch(j_opt, params, name=opt_name,
+                                                       groups=[[n + ".value" for n in names] for _, names in groups])
     j_train.generator.set_state(np.asarray(checkpoint["jax"]["generator"].numpy()))
+    # The scheduled lr is read at the state's count. torch's SGD keeps no step count, so the
+    # conversion cannot know it: the checkpoint's optimizer step is the count on every side.
+    opt_state = _with_count(opt_state, int(checkpoint["step"]))
     return int(checkpoint["epoch"]), int(checkpoint["step"]), opt_state
+
+
+def _with_count(state, count: int):
+    """``state`` (a jax_impl.optim state, or ParamGroupsState of them) with its step count set to ``count``."""
+    import jax.numpy as jnp
+
+    from jax_impl.optim import ParamGroupsState
+
+    if isinstance(state, ParamGroupsState):
+        return ParamGroupsState(tuple(_with_count(inner, count) for inner in state.groups))
+    return state._replace(count=jnp.asarray(count, state.count.dtype))
 
 
 def _finish(report: RunReport, cfg, runs_dir, write: bool) -> None:

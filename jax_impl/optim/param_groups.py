@@ -51,7 +51,15 @@ class ParamGroupsState(NamedTuple):
 
 
 def key_path(path: Sequence[Any]) -> str:
-    """Dotted key path of a ``jax.tree_util`` path: ``layer1.0.conv1.weight``."""
+    """Dotted key path of a ``jax.tree_util`` path: ``layer1.0.conv1.weight``.
+
+    The ``.value`` attribute that ``flax.nnx`` variables add to the path of an
+    ``nnx.state(model, nnx.Param)`` leaf is left out, so the spelling is
+    torch's ``state_dict`` key.
+    """
+    path = list(path)
+    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
+        path = path[:-1]
     parts = []
     for entry in path:
         for attr in ("key", "idx", "name"):

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from parity.config import registry
-from parity.config.schema import ExperimentConfig, NamedSection, SchedulerConfig
+from parity.config.schema import ExperimentConfig, NamedSection, ParamGroupConfig, SchedulerConfig
 from parity.config.types import ConfigError, coerce, suggest, unknown_key_error
 
 __all__ = ["load_config", "config_from_dict", "apply_overrides", "parse_override", "read_yaml"]
@@ -213,7 +213,9 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
         if key == "name":
             continue
         key_path = _join(path, str(key))
-        if key in extra_fields:
+        if section == "optimizer" and key == "param_groups":
+            extras[key] = _param_groups(value, params, key_path)
+        elif key in extra_fields:
             extras[key] = coerce(value, hints[key], key_path)
         elif key in params:
             kwargs[key] = _coerce_kwarg(section, params[key], value, key_path)
@@ -223,6 +225,34 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
         if param.required and key not in kwargs:
             raise ConfigError(f"missing required key (an argument of {name} without a default)", path=_join(path, key))
     return cls(name=name, kwargs=kwargs, **extras)
+
+
+def _param_groups(raw: Any, params: Mapping[str, registry.Param], path: str) -> tuple[ParamGroupConfig, ...]:
+    """``optimizer.param_groups``: a list of ``{params: glob(s), <optimizer kwarg>: value}``."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("expected a non-empty list of param groups ({params: <globs>, <kwarg>: <value>})", path=path)
+    groups = []
+    for i, item in enumerate(raw):
+        item_path = _join(path, str(i))
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"expected a mapping, got {type(item).__name__} ({item!r})", path=item_path)
+        if "params" not in item:
+            raise ConfigError("missing required key 'params' (a glob or a list of globs over parameter names)",
+                              path=item_path)
+        globs = item["params"]
+        globs = [globs] if isinstance(globs, str) else globs
+        if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+            raise ConfigError(f"expected a glob or a non-empty list of globs, got {item['params']!r}",
+                              path=_join(item_path, "params"))
+        overrides = {}
+        for key, value in item.items():
+            if key == "params":
+                continue
+            if key not in params:
+                raise unknown_key_error(item_path, str(key), ["params", *params])
+            overrides[key] = _coerce_kwarg("optimizer", params[key], value, _join(item_path, str(key)))
+        groups.append(ParamGroupConfig(params=tuple(globs), overrides=overrides))
+    return tuple(groups)
 
 
 def _coerce_kwarg(section: str, param: registry.Param, value: Any, path: str) -> Any:

@@ -31,6 +31,7 @@ __all__ = [
     "DatasetConfig",
     "ModelConfig",
     "OptimizerConfig",
+    "ParamGroupConfig",
     "SchedulerConfig",
     "LossConfig",
     "DataConfig",
@@ -77,10 +78,41 @@ class DatasetConfig(NamedSection):
 
 
 @dataclasses.dataclass(frozen=True)
+class ParamGroupConfig:
+    """One torch param group: the parameters whose ``state_dict`` names match ``params`` (globs).
+
+    ``overrides`` are the optimizer keyword arguments this group sets
+    differently (e.g. ``weight_decay: 0.0``), as in
+    ``torch.optim.SGD([{"params": ..., "weight_decay": 0.0}, ...], ...)``.
+    """
+
+    params: tuple[str, ...]
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"params": list(self.params), **self.overrides}
+
+
+@dataclasses.dataclass(frozen=True)
 class OptimizerConfig(NamedSection):
-    """``torch.optim.<name>(params, **kwargs)`` and ``jax_impl.optim.<name.lower()>(**kwargs)``."""
+    """``torch.optim.<name>(params, **kwargs)`` and ``jax_impl.optim.<name.lower()>(**kwargs)``.
+
+    ``param_groups`` (optional) is a list of ``{params: <glob or list of globs>,
+    <kwarg>: <value>, ...}``: each group takes the parameters whose
+    ``state_dict`` names match (``"*.bias"``, ``"*bn*"``) and overrides those
+    keyword arguments. The parameters no group matches form torch's first
+    group with the section's own arguments; the listed groups follow in order.
+    """
 
     section: ClassVar[str] = "optimizer"
+
+    param_groups: tuple[ParamGroupConfig, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.param_groups:
+            out["param_groups"] = [group.to_dict() for group in self.param_groups]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,11 +6,18 @@ the parameter and the key.
 """
 
 from parity.convert.modules import load_torch_state_dict, module_state, to_torch_state_dict
-from parity.convert.optim import optimizer_state_from_torch, optimizer_state_to_torch
+from parity.convert.optim import (
+    grouped_optimizer_state_from_torch,
+    grouped_optimizer_state_to_torch,
+    optimizer_state_from_torch,
+    optimizer_state_to_torch,
+)
 
 __all__ = [
     "load_torch_state_dict",
     "module_state",
+    "grouped_optimizer_state_from_torch",
+    "grouped_optimizer_state_to_torch",
     "optimizer_state_from_torch",
     "optimizer_state_to_torch",
     "to_torch_state_dict",

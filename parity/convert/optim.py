@@ -161,7 +161,8 @@ def _group_kwargs(name: str, groups: Sequence[Mapping[str, Any]]) -> dict[str, A
             diff = {k: (per_group[0].get(k), v) for k, v in kwargs.items() if per_group[0].get(k) != v}
             raise NotImplementedError(
                 f"param group {i} has other hyperparameters than group 0 {diff}; jax_impl.optim runs one "
-                "transformation per optimizer: pass kwargs, or convert each group separately"
+                "transformation per group: use grouped_optimizer_state_from_torch with jax_impl.optim.param_groups, "
+                "or pass kwargs"
             )
     return per_group[0] if per_group else {}
 
@@ -413,3 +414,110 @@ def optimizer_state_to_torch(
                     entry[key.torch] = _torch_tensor(flat[key.torch][j])
             state[i] = entry
     return {"state": state, "param_groups": [group]}
+
+
+# ---------------------------------------------------------------------------
+# Param groups
+
+
+def _group_leaves(params: Any, groups: Sequence[Sequence[str]]) -> list[tuple[list[Any], list[str]]]:
+    """Per group: its leaves in JAX flattening order (``jax_impl.optim.param_groups``' lists)
+    and the ``param_names`` (torch's order, as indices into that list)."""
+    names, leaves = _leaf_names(params)
+    owner: dict[str, int] = {}
+    for g, members in enumerate(groups):
+        for member in members:
+            if member not in names:
+                raise KeyError(f"param group {g}: {member!r} is not a leaf of params (leaves: {names})")
+            if member in owner:
+                raise ValueError(f"some parameters appear in more than one parameter group: {member!r}")
+            owner[member] = g
+    out = []
+    for g, members in enumerate(groups):
+        in_order = [n for n in names if owner.get(n) == g]
+        position = {n: str(i) for i, n in enumerate(in_order)}
+        out.append(([leaves[names.index(n)] for n in in_order], [position[m] for m in members]))
+    return out
+
+
+def grouped_optimizer_state_from_torch(
+    torch_state_dict: Mapping[str, Any],
+    params: Any,
+    *,
+    name: str,
+    groups: Sequence[Sequence[str]],
+) -> Any:
+    """:func:`optimizer_state_from_torch` for ``jax_impl.optim.param_groups``.
+
+    Args:
+      torch_state_dict: ``optimizer.state_dict()`` of a torch optimizer built
+        with one param group per entry of ``groups``, in that order.
+      params: the JAX parameter pytree.
+      name: the torch class name.
+      groups: per torch param group, the dotted key paths (``parity._tree``
+        spelling) of its JAX leaves, in the group's ``params`` order.
+
+    Returns:
+      ``ParamGroupsState`` with one inner state per group, each built from that
+      group's hyperparameters in torch's ``param_groups``.
+    """
+    from jax_impl.optim import ParamGroupsState
+
+    torch_groups = list(torch_state_dict.get("param_groups", []))
+    if len(torch_groups) != len(groups):
+        raise ValueError(f"torch's state_dict has {len(torch_groups)} param groups, groups lists {len(groups)}")
+    state = dict(torch_state_dict.get("state", {}))
+    inner = []
+    for g, ((leaves, names), group) in enumerate(zip(_group_leaves(params, groups), torch_groups, strict=True)):
+        if len(group["params"]) != len(leaves):
+            raise ValueError(f"param group {g}: torch's group holds {len(group['params'])} params, groups lists {len(leaves)}")
+        indices = list(group["params"])
+        sub = {"state": {i: state[index] for i, index in enumerate(indices) if index in state},
+               "param_groups": [{**group, "params": list(range(len(indices)))}]}
+        inner.append(optimizer_state_from_torch(sub, leaves, name=name, param_names=names))
+    extra = set(state) - {i for group in torch_groups for i in group["params"]}
+    if extra:
+        raise KeyError(f"unexpected state for param indices {sorted(extra)}: not in any param group")
+    return ParamGroupsState(tuple(inner))
+
+
+def grouped_optimizer_state_to_torch(
+    jax_state: Any,
+    params: Any,
+    *,
+    name: str,
+    groups: Sequence[Sequence[str]],
+    hyperparameters: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """:func:`optimizer_state_to_torch` for ``jax_impl.optim.param_groups``.
+
+    Args:
+      jax_state: the ``ParamGroupsState``.
+      params: the JAX parameter pytree.
+      name: the torch class name.
+      groups: per group, its leaves' dotted key paths in torch's order (the
+        torch optimizer's ``param_groups[g]["params"]`` order).
+      hyperparameters: per group, the torch keyword arguments it was built with.
+
+    Returns:
+      A state dict with one torch param group per group, parameters numbered
+      across the groups as torch numbers them.
+    """
+    from jax_impl.optim import ParamGroupsState
+
+    if not isinstance(jax_state, ParamGroupsState):
+        raise ValueError(f"expected a ParamGroupsState for {len(groups)} param groups, got {type(jax_state).__name__}")
+    if not len(jax_state.groups) == len(groups) == len(hyperparameters):
+        raise ValueError(f"{len(jax_state.groups)} group states, {len(groups)} groups, "
+                         f"{len(hyperparameters)} hyperparameter sets: they must agree")
+    state: dict[int, dict[str, Any]] = {}
+    param_groups, offset = [], 0
+    for g, (leaves, names) in enumerate(_group_leaves(params, groups)):
+        sub = optimizer_state_to_torch(jax_state.groups[g], leaves, name=name, param_names=names,
+                                       hyperparameters=hyperparameters[g])
+        state.update({offset + i: entry for i, entry in sub["state"].items()})
+        group = sub["param_groups"][0]
+        group["params"] = [offset + i for i in group["params"]]
+        param_groups.append(group)
+        offset += len(leaves)
+    return {"state": state, "param_groups": param_groups}

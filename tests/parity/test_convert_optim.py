@@ -18,7 +18,12 @@ import torch
 from parity import assert_parity, strict_numerics
 from parity.numerics import sqrt_tolerances
 from parity.config import OptimizerConfig
-from parity.convert import optimizer_state_from_torch, optimizer_state_to_torch
+from parity.convert import (
+    grouped_optimizer_state_from_torch,
+    grouped_optimizer_state_to_torch,
+    optimizer_state_from_torch,
+    optimizer_state_to_torch,
+)
 from parity.optim import build_jax_optimizer
 from torch_ref.optim import build_optimizer
 
@@ -168,6 +173,63 @@ def test_param_groups_with_different_hyperparameters_need_kwargs() -> None:
         optimizer_state_from_torch(optimizer.state_dict(), params, name="Adam", param_names=TORCH_ORDER)
     state = optimizer_state_from_torch(optimizer.state_dict(), params, name="Adam", param_names=TORCH_ORDER, lr=0.1)
     assert int(state.count) == 0
+
+
+GROUPS = [["fc.weight", "scale"], ["fc.bias"]]  # torch's order within each group
+GROUP_KWARGS = [{"lr": 0.01, "weight_decay": 0.1}, {"lr": 0.05, "weight_decay": 0.0}]
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD", "RMSprop"])
+def test_param_groups_round_trip_both_ways(name: str) -> None:
+    """Two torch param groups with their own lr and weight decay <-> jax_impl.optim.param_groups:
+    torch -> JAX after 3 steps, 4 more steps on both sides, then JAX -> a fresh torch optimizer, 4 more."""
+    from jax_impl.optim import param_groups
+    from parity.optim import jax_optimizer_factory
+
+    extra = {"SGD": {"momentum": 0.9}, "RMSprop": {"momentum": 0.5, "centered": True}}.get(name, {})
+    hyper = [{**kw, **extra} for kw in GROUP_KWARGS]
+    tol = sqrt_tolerances("float32", uses_sqrt=name != "SGD")
+    with strict_numerics():
+        tx = param_groups(jax_optimizer_factory(name),
+                          [{"params": members, **kw} for members, kw in zip(GROUPS, hyper)])
+    arrays = initial_arrays()
+    tparams = torch_params(arrays)
+    by_name = dict(zip(TORCH_ORDER, tparams))
+    optimizer = getattr(torch.optim, name)([{"params": [by_name[n] for n in g], **kw} for g, kw in zip(GROUPS, hyper)])
+    grads = gradients(11)
+    for g in grads[:3]:
+        torch_step(optimizer, tparams, g)
+    jparams = to_jax(named(tparams))
+    jstate = grouped_optimizer_state_from_torch(optimizer.state_dict(), jparams, name=name, groups=GROUPS)
+    for step, g in enumerate(grads[3:7]):
+        torch_step(optimizer, tparams, g)
+        jparams, jstate = tx.step(to_jax(g), jstate, jparams)
+        assert_parity(named(tparams), jparams, msg=f"torch->jax, step {step}", **tol)
+        exported = grouped_optimizer_state_to_torch(jstate, jparams, name=name, groups=GROUPS, hyperparameters=hyper)
+        assert exported["param_groups"] == optimizer.state_dict()["param_groups"]
+        assert_parity(optimizer.state_dict()["state"], exported["state"], msg=f"state, step {step}", **tol)
+    fresh = torch_params({n: np.asarray(v) for n, v in named(tparams).items()})
+    by_name = dict(zip(TORCH_ORDER, fresh))
+    resumed = getattr(torch.optim, name)([{"params": [by_name[n] for n in g], **kw} for g, kw in zip(GROUPS, hyper)])
+    resumed.load_state_dict(exported)
+    for step, g in enumerate(grads[7:]):
+        torch_step(resumed, fresh, g)
+        jparams, jstate = tx.step(to_jax(g), jstate, jparams)
+        assert_parity(named(fresh), jparams, msg=f"jax->torch, step {step}", **tol)
+
+
+def test_param_groups_conversion_errors() -> None:
+    params = to_jax(initial_arrays())
+    tparams = torch_params(initial_arrays())
+    optimizer = torch.optim.Adam([{"params": tparams[:1]}, {"params": tparams[1:]}])
+    with pytest.raises(ValueError, match="2 param groups, groups lists 1"):
+        grouped_optimizer_state_from_torch(optimizer.state_dict(), params, name="Adam", groups=[TORCH_ORDER])
+    with pytest.raises(KeyError, match="'fc.nope' is not a leaf"):
+        grouped_optimizer_state_from_torch(optimizer.state_dict(), params, name="Adam",
+                                           groups=[["fc.nope"], ["fc.bias", "scale"]])
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        grouped_optimizer_state_from_torch(optimizer.state_dict(), params, name="Adam",
+                                           groups=[["fc.weight", "fc.bias"], ["fc.bias", "scale"]])
 
 
 # --------------------------------------------------------------------------- errors
