@@ -1,0 +1,39 @@
+"""Data parallelism with torch ``DistributedDataParallel``'s semantics: ``pmap``, sharded ``jit``, processes.
+
+* :mod:`jax_impl.parallel.step`: the DDP train step (gradients averaged over
+  replicas, BatchNorm buffers from replica 0, or SyncBatchNorm), mapped with
+  ``jax.pmap`` or ``jax.jit`` + ``shard_map`` over a ``Mesh``;
+* :mod:`jax_impl.parallel.launch`: N local processes joined by
+  ``jax.distributed`` (gloo collectives on CPU, NCCL through XLA on GPUs),
+  the counterpart of ``torch_ref.parallel.launch`` / ``torchrun``.
+"""
+
+from jax_impl.parallel.launch import ProcessFailed, free_port, init_from_env, launch, spawn
+from jax_impl.parallel.step import (
+    AXIS,
+    TrainState,
+    init_train_state,
+    merge_model,
+    pmap_train_step,
+    replicate,
+    sharded_train_step,
+    train_step_fn,
+    unreplicate,
+)
+
+__all__ = [
+    "AXIS",
+    "ProcessFailed",
+    "TrainState",
+    "free_port",
+    "init_from_env",
+    "init_train_state",
+    "launch",
+    "merge_model",
+    "pmap_train_step",
+    "replicate",
+    "sharded_train_step",
+    "spawn",
+    "train_step_fn",
+    "unreplicate",
+]

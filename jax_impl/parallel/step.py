@@ -1,0 +1,184 @@
+"""A data-parallel train step with torch ``DistributedDataParallel``'s semantics.
+
+torch's DDP (``torch/nn/parallel/distributed.py``, torch 2.13), which this
+reproduces on a JAX device axis:
+
+* every replica runs the forward and backward pass on its own slice of the
+  batch (``DistributedSampler`` gives each rank ``len(dataset) / world_size``
+  samples), so a replica's loss is the mean over its local batch;
+* gradients are averaged over the replicas (the reducer divides each gradient
+  by ``world_size`` and all-reduces the sum): ``lax.pmean``; every replica
+  then takes the same optimizer step, so parameters stay identical;
+* BatchNorm normalises with the *local* batch statistics, and with
+  ``broadcast_buffers=True`` (the default) rank 0's buffers (running mean and
+  variance, ``num_batches_tracked``) overwrite every rank's at the start of
+  each forward. The buffers that matter are therefore rank 0's, each step
+  updated from rank 0's local batch: here every replica takes replica 0's
+  updated buffers after the step (an exact copy: a masked ``psum``), which
+  is what the next forward of every torch rank starts from;
+* with ``SyncBatchNorm`` (``SyncBatchNorm.convert_sync_batchnorm(model,
+  axis_name=...)``) the statistics are those of the global batch, and every
+  replica computes the same buffers.
+
+The per-replica function is written once, against a named axis, and mapped
+two ways: :func:`pmap_train_step` (``jax.pmap``: arrays carry a leading
+device axis) and :func:`sharded_train_step` (``jax.jit`` of ``shard_map`` over
+a ``Mesh``: the batch is one array sharded along its first axis, params
+replicated; the form that also spans processes, see
+:mod:`jax_impl.parallel.launch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import lax
+
+__all__ = [
+    "AXIS",
+    "TrainState",
+    "init_train_state",
+    "merge_model",
+    "pmap_train_step",
+    "replicate",
+    "sharded_train_step",
+    "train_step_fn",
+    "unreplicate",
+]
+
+AXIS = "batch"  # the default name of the replica axis
+
+
+class TrainState(NamedTuple):
+    """What a data-parallel step carries: the model split in two, and the optimizer state."""
+
+    params: Any  # nnx.State of nnx.Param
+    buffers: Any  # nnx.State of everything else (BatchNorm statistics, counters)
+    opt_state: Any
+
+
+def init_train_state(model: nnx.Module, tx: Any) -> tuple[Any, TrainState]:
+    """Splits ``model`` into ``(graphdef, TrainState)``; ``tx`` is a ``jax_impl.optim`` transformation."""
+    graphdef, params, buffers = nnx.split(model, nnx.Param, ...)
+    return graphdef, TrainState(params, buffers, tx.init(params))
+
+
+def merge_model(graphdef: Any, state: TrainState) -> nnx.Module:
+    """The model back from its graph and (unreplicated) state."""
+    return nnx.merge(graphdef, state.params, state.buffers)
+
+
+def _from_replica_zero(tree: Any, axis_name: str) -> Any:
+    """Every replica gets replica 0's values, bit for bit (x + 0 + ... + 0 == x)."""
+    first = lax.axis_index(axis_name) == 0
+    return jax.tree.map(lambda v: lax.psum(jnp.where(first, v, jnp.zeros_like(v)), axis_name), tree)
+
+
+def train_step_fn(
+    graphdef: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    tx: Any,
+    *,
+    axis_name: str = AXIS,
+    broadcast_buffers: bool = True,
+) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    """The per-replica DDP step ``(state, x, y) -> (state, mean loss over replicas)``.
+
+    Call it under a mapping that names ``axis_name`` (``jax.pmap``,
+    ``shard_map``); :func:`pmap_train_step` and :func:`sharded_train_step`
+    do that.
+
+    Args:
+      graphdef: from :func:`init_train_state`.
+      loss_fn: ``loss_fn(outputs, targets)``, a mean over the local batch
+        (e.g. ``jax_impl.nn.CrossEntropyLoss()``), as each torch rank computes.
+      tx: a ``jax_impl.optim`` transformation (its exact ``step`` is used when
+        it has one, else ``optax.apply_updates``).
+      axis_name: the replica axis.
+      broadcast_buffers: torch DDP's argument: ``True`` makes every replica
+        continue from replica 0's buffers; ``False`` keeps each replica's own.
+
+    Returns:
+      The step function. Its loss is the mean of the replicas' local losses.
+    """
+    import optax
+
+    def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
+        def local_loss(params):
+            # Fresh variables for the buffers: BatchNorm updates them inside this (grad) trace.
+            model = nnx.merge(graphdef, params, jax.tree.map(lambda v: v, state.buffers))
+            loss = loss_fn(model(x), y)
+            return loss, nnx.state(model, nnx.Not(nnx.Param))
+
+        (loss, buffers), grads = jax.value_and_grad(local_loss, has_aux=True)(state.params)
+        grads = lax.pmean(grads, axis_name)
+        if hasattr(tx, "step"):
+            params, opt_state = tx.step(grads, state.opt_state, state.params)
+        else:
+            updates, opt_state = tx.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+        if broadcast_buffers:
+            buffers = _from_replica_zero(buffers, axis_name)
+        return TrainState(params, buffers, opt_state), lax.pmean(loss, axis_name)
+
+    return step
+
+
+def replicate(tree: Any, devices: list[Any] | None = None) -> Any:
+    """``tree`` with a leading axis of ``len(devices)`` copies, one on each device (for ``pmap``)."""
+    devices = list(devices or jax.local_devices())
+    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("replicas",)), jax.sharding.PartitionSpec("replicas"))
+    return jax.tree.map(lambda v: jax.device_put(jnp.broadcast_to(v, (len(devices), *jnp.shape(v))), sharding), tree)
+
+
+def unreplicate(tree: Any) -> Any:
+    """Replica 0 of a ``pmap``-ed tree (for DDP: rank 0's model, as torch saves it)."""
+    return jax.tree.map(lambda v: v[0], tree)
+
+
+def pmap_train_step(
+    graphdef: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    tx: Any,
+    *,
+    axis_name: str = AXIS,
+    broadcast_buffers: bool = True,
+    devices: list[Any] | None = None,
+) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    """The DDP step under ``jax.pmap``: state from :func:`replicate`, batches shaped ``(devices, local_batch, ...)``.
+
+    The state is donated (updated in place). Returns ``(state, loss)`` with the
+    loss replicated (``loss[0]`` is the mean over replicas).
+    """
+    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers)
+    return jax.pmap(step, axis_name=axis_name, devices=devices, donate_argnums=(0,))
+
+
+def sharded_train_step(
+    graphdef: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    tx: Any,
+    mesh: jax.sharding.Mesh,
+    *,
+    axis_name: str = AXIS,
+    broadcast_buffers: bool = True,
+) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    """The DDP step as ``jax.jit`` of ``shard_map`` over ``mesh`` (pmap's successor).
+
+    The state is replicated over the mesh (``NamedSharding(mesh, P())``), the
+    global batch is sharded along its first axis (``P(axis_name)``): device
+    ``i`` of the mesh holds rows ``[i * local, (i + 1) * local)``, i.e. rank
+    ``i``'s local batch. Works the same when the mesh spans several processes
+    (``jax.distributed``): build the global batch with
+    ``jax.make_array_from_process_local_data``.
+    """
+    from jax.sharding import PartitionSpec as P
+
+    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers)
+    mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(axis_name), P(axis_name)), out_specs=(P(), P()),
+                           check_vma=False)
+    return jax.jit(mapped, donate_argnums=(0,))

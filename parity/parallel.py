@@ -1,0 +1,304 @@
+"""torch DDP with N ranks vs the JAX data-parallel step on N devices: same init, same shards, same updates.
+
+:func:`compare_ddp` trains both for ``steps`` optimizer steps and returns
+rank 0's / replica 0's final ``state_dict`` (parameters and BatchNorm
+buffers) of each, plus per-step losses (the mean over ranks):
+
+* torch: ``torch_ref.parallel.launch`` starts ``world_size`` processes
+  (gloo on CPU, NCCL with CUDA); each wraps the model in the real
+  ``DistributedDataParallel`` (``SyncBatchNorm`` when ``sync_bn``; torch runs
+  it on GPUs only, so on CPU the SyncBN reference is one torch process
+  training on the concatenated global batches) and reads its shard through
+  ``DistributedSampler(shuffle=True, seed=seed)`` and a ``DataLoader`` of
+  ``local_batch`` samples, calling ``set_epoch`` every epoch;
+* JAX: one process with ``world_size`` CPU devices (``pmap`` or the sharded
+  ``jit``) or ``world_size`` processes joined by ``jax.distributed``
+  (``mode="multiprocess"``), each replica reading rank ``i``'s batches from
+  ``jax_impl.data.DistributedSampler`` with the same seed.
+
+Both start from the seeded torch model's weights (converted). Uneven data
+(``len(dataset)`` not a multiple of ``world_size * local_batch``) is handled
+as torch does: the sampler pads with repeated indices and the last local
+batches are smaller, equally on every rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["DDPSpec", "compare_ddp"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPSpec:
+    """One data-parallel experiment, picklable (it travels to every process)."""
+
+    model: str
+    model_kwargs: dict[str, Any]
+    optimizer: dict[str, Any]  # {"name": "SGD", "lr": ..., ...}
+    x: np.ndarray
+    y: np.ndarray
+    world_size: int = 2
+    local_batch: int = 8
+    steps: int = 20
+    seed: int = 0
+    sync_bn: bool = False
+    dtype: Literal["float32", "float64"] = "float32"
+    mode: Literal["pmap", "sharded", "multiprocess"] = "pmap"
+
+
+def _initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
+    import torch
+
+    import torch_ref.models as tm
+
+    torch.manual_seed(spec.seed)
+    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    import torch
+    import torch.distributed as dist
+
+    import torch_ref.models as tm
+    from torch_ref import parallel
+    from torch_ref.optim import build_optimizer
+
+    torch.set_num_threads(1)
+    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+    model = model.to(dtype)
+    ddp = parallel.wrap(model, sync_bn=spec.sync_bn)
+    optimizer = build_optimizer(spec.optimizer, ddp.parameters())
+    dataset = torch.utils.data.TensorDataset(torch.from_numpy(spec.x).to(dtype), torch.from_numpy(spec.y))
+    sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    device = next(ddp.parameters()).device  # cuda:<rank> under NCCL
+    losses, step, epoch = [], 0, 0
+    ddp.train()
+    while step < spec.steps:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if step >= spec.steps:
+                break
+            optimizer.zero_grad()
+            loss = loss_fn(ddp(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            losses.append(float(mean) / world_size)
+            step += 1
+        epoch += 1
+    if rank != 0:
+        return None
+    state = {k: v.detach().cpu().numpy().copy() for k, v in ddp.module.state_dict().items()}
+    return {"state": state, "losses": losses}
+
+
+def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any]:
+    """SyncBatchNorm's reference on CPU (torch's SyncBatchNorm runs on GPUs only): one process, plain
+    BatchNorm, each step on the concatenation of the ranks' local batches. With equal local batches that
+    is SyncBN's arithmetic: global-batch statistics, and the gradient of the mean of the local mean losses."""
+    import torch
+
+    import torch_ref.models as tm
+    from torch_ref.optim import build_optimizer
+
+    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+    model = model.to(dtype).train()
+    optimizer = build_optimizer(spec.optimizer, model.parameters())
+    loss_fn = torch.nn.CrossEntropyLoss()
+    losses = []
+    for batches in _rank_batches(spec, spec.world_size, range(spec.world_size)):
+        x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])).to(dtype)
+        y = torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    return {"state": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, "losses": losses}
+
+
+def _rank_batches(spec: DDPSpec, world_size: int, ranks: range):
+    """Per step: a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's order)."""
+    from jax_impl.data import DataLoader, DistributedSampler, TensorDataset
+
+    dataset = TensorDataset(spec.x, spec.y)
+    samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=spec.seed)
+                for r in ranks]
+    loaders = [DataLoader(dataset, batch_size=spec.local_batch, sampler=s) for s in samplers]
+    step, epoch = 0, 0
+    while step < spec.steps:
+        for s in samplers:
+            s.set_epoch(epoch)
+        for batches in zip(*loaders, strict=True):
+            if step >= spec.steps:
+                return
+            yield list(batches)
+            step += 1
+        epoch += 1
+
+
+def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: str):
+    import jax
+
+    import jax_impl.models as jm
+    from flax import nnx
+    from jax_impl.nn import SyncBatchNorm
+    from parity.convert.modules import load_torch_state_dict
+    from parity.optim import build_jax_optimizer
+
+    if spec.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    model = getattr(jm, spec.model)(**spec.model_kwargs, rngs=nnx.Rngs(spec.seed))
+    if spec.dtype == "float64":
+        model = _cast(model, np.float64)
+        initial = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in initial.items()}
+    load_torch_state_dict(model, initial)
+    if spec.sync_bn:
+        model = SyncBatchNorm.convert_sync_batchnorm(model, axis_name=axis_name)
+    model.train()
+    return model, build_jax_optimizer(spec.optimizer)
+
+
+def _cast(model, dtype):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    for _, var in nnx.iter_graph(model):
+        if isinstance(var, nnx.Variable) and jnp.issubdtype(var.value.dtype, jnp.floating):
+            var.value = jnp.asarray(var.value, dtype)
+    return model
+
+
+def _state_dict(model) -> dict[str, np.ndarray]:
+    from parity.convert.modules import to_torch_state_dict
+
+    return {k: v.numpy().copy() for k, v in to_torch_state_dict(model).items()}
+
+
+def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jax_impl.nn as jnn
+    from jax_impl import parallel
+
+    n = spec.world_size
+    devices = jax.local_devices()[:n]
+    if len(devices) != n:
+        raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())}")
+    model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
+    graphdef, state = parallel.init_train_state(model, tx)
+    loss_fn = jnn.CrossEntropyLoss()
+    fdtype = np.float64 if spec.dtype == "float64" else np.float32
+    losses = []
+    if spec.mode == "pmap":
+        step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices)
+        state = parallel.replicate(state, devices)
+        for batches in _rank_batches(spec, n, range(n)):
+            x = np.stack([np.asarray(b[0], fdtype) for b in batches])
+            y = np.stack([np.asarray(b[1]) for b in batches])
+            state, loss = step(state, x, y)
+            losses.append(float(loss[0]))
+        state = parallel.unreplicate(state)
+    else:
+        mesh = Mesh(np.array(devices), (parallel.AXIS,))
+        step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh)
+        state = jax.device_put(state, NamedSharding(mesh, P()))
+        rows = NamedSharding(mesh, P(parallel.AXIS))
+        for batches in _rank_batches(spec, n, range(n)):
+            x = jax.device_put(np.concatenate([np.asarray(b[0], fdtype) for b in batches]), rows)
+            y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
+            state, loss = step(state, x, y)
+            losses.append(float(loss))
+    state = jax.tree.map(lambda v: jnp.asarray(jax.device_get(v)), state)
+    return {"state": _state_dict(parallel.merge_model(graphdef, state)), "losses": losses}
+
+
+def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """One of ``world_size`` processes (``jax.distributed``): a global mesh, this process's shard of each batch."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jax_impl.nn as jnn
+    from jax_impl import parallel
+
+    model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
+    graphdef, state = parallel.init_train_state(model, tx)
+    mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
+    step = parallel.sharded_train_step(graphdef, jnn.CrossEntropyLoss(), tx, mesh)
+    state = jax.device_put(state, NamedSharding(mesh, P()))
+    rows = NamedSharding(mesh, P(parallel.AXIS))
+    fdtype = np.float64 if spec.dtype == "float64" else np.float32
+    losses = []
+    for (x, y), in _rank_batches(spec, world_size, range(rank, rank + 1)):
+        gx = jax.make_array_from_process_local_data(rows, np.asarray(x, fdtype))
+        gy = jax.make_array_from_process_local_data(rows, np.asarray(y))
+        state, loss = step(state, gx, gy)
+        losses.append(float(loss))
+    if rank != 0:
+        return None
+    local = jax.tree.map(lambda v: np.asarray(v.addressable_data(0)), state)
+    return {"state": _state_dict(parallel.merge_model(graphdef, local)), "losses": losses}
+
+
+def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Runs ``spec`` in torch DDP and in JAX; returns ``(torch_result, jax_result)``.
+
+    With ``sync_bn`` on a machine without CUDA the torch side is
+    :func:`_torch_full_batch` (torch's SyncBatchNorm refuses CPU tensors).
+    Each result is ``{"state": rank 0's state_dict as numpy, "losses": per-step mean over ranks}``.
+    """
+    import torch
+
+    from jax_impl.parallel import launch, spawn
+    from torch_ref import parallel as tp
+
+    initial = _initial_state(spec)
+    if spec.sync_bn and not torch.cuda.is_available():
+        torch_result = _torch_full_batch(spec, initial)
+    else:
+        torch_result = tp.launch(_torch_rank, spec.world_size, (spec, initial), timeout=timeout)[0]
+    if spec.mode == "multiprocess":
+        jax_result = launch(_jax_process, spec.world_size, (spec, initial), timeout=timeout)[0]
+    else:
+        jax_result = spawn(_jax_single_process, 1, (spec, initial), local_devices=spec.world_size,
+                           timeout=timeout)[0]
+    return torch_result, jax_result
+
+
+def divergence(torch_state: dict[str, np.ndarray], jax_state: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Max over tensors of ``max |jax - torch| / max |torch|`` (the runner's measure), parameters and buffers apart.
+
+    Returns ``{"params": float, "buffers": float, "worst_param": name, "worst_buffer": name}``
+    (``buffers`` covers BatchNorm running statistics; ``num_batches_tracked`` must be equal).
+    """
+    from parity.runner import _scaled_err
+
+    if set(torch_state) != set(jax_state):
+        raise KeyError(f"state keys differ: {sorted(set(torch_state) ^ set(jax_state))}")
+    out: dict[str, Any] = {"params": 0.0, "buffers": 0.0, "worst_param": None, "worst_buffer": None}
+    for key, ref in torch_state.items():
+        if key.endswith("num_batches_tracked"):
+            if int(ref) != int(jax_state[key]):
+                raise AssertionError(f"{key}: torch {int(ref)}, jax {int(jax_state[key])}")
+            continue
+        kind = "buffers" if "running_" in key else "params"
+        err = _scaled_err(jax_state[key], ref)
+        if err >= out[kind]:
+            out[kind], out["worst_" + kind[:-1]] = err, key
+    return out

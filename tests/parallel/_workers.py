@@ -1,0 +1,93 @@
+"""Module-level functions the parallel tests run in spawned processes (spawn pickles them by name)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+
+def raise_on_rank_one(rank: int, world_size: int) -> int:
+    if rank == 1:
+        raise ValueError("rank 1 gives up")
+    time.sleep(60)  # rank 0 would wait for rank 1 forever
+    return rank
+
+
+def torch_collective_then_raise(rank: int, world_size: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    if rank == 1:
+        raise ValueError("rank 1 gives up before the all_reduce")
+    dist.all_reduce(torch.ones(1))  # blocks: rank 1 never joins
+    return rank
+
+
+def die_on_rank_one(rank: int, world_size: int) -> int:
+    if rank == 1:
+        os._exit(3)
+    time.sleep(60)
+    return rank
+
+
+def jax_ranks(rank: int, world_size: int) -> tuple[int, int, int, float]:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    local = np.full((2,), float(rank + 1), np.float32)
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("batch")), local)
+    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
+    return jax.process_index(), jax.process_count(), jax.device_count(), float(total)
+
+
+def single_vs_replicated(rank: int, world_size: int, n: int) -> dict[str, float]:
+    """In a process with ``n`` devices: the n-device steps (pmap, sharded) vs one full-batch step, no BN."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jax_impl.nn as jnn
+    from jax_impl import optim, parallel
+    from jax_impl.models import LeNet
+
+    model = LeNet(num_classes=10, in_channels=1, image_size=8)
+    tx = optim.sgd(lr=0.1, momentum=0.9, weight_decay=1e-4)
+    loss = jnn.CrossEntropyLoss()
+    graphdef, state0 = parallel.init_train_state(model, tx)
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((10, 8 * n, 1, 8, 8)).astype(np.float32)
+    ys = rng.integers(0, 10, (10, 8 * n))
+
+    one = jax.jit(jax.vmap(parallel.train_step_fn(graphdef, loss, tx), axis_name=parallel.AXIS,
+                           in_axes=(None, 0, 0), out_axes=(None, None)))
+    state = state0
+    for x, y in zip(xs, ys):
+        state, _ = one(state, x[None], y[None])
+    full = state.params
+
+    pstep = parallel.pmap_train_step(graphdef, loss, tx)
+    state = parallel.replicate(state0)
+    for x, y in zip(xs, ys):
+        state, _ = pstep(state, x.reshape(n, 8, 1, 8, 8), y.reshape(n, 8))
+    pmapped = parallel.unreplicate(state).params
+
+    mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
+    sstep = parallel.sharded_train_step(graphdef, loss, tx, mesh)
+    rows = NamedSharding(mesh, P(parallel.AXIS))
+    state = jax.device_put(state0, NamedSharding(mesh, P()))
+    for x, y in zip(xs, ys):
+        state, _ = sstep(state, jax.device_put(x, rows), jax.device_put(y, rows))
+    sharded = state.params
+
+    def scaled(a, b):
+        return max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v)))
+                   for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+    return {"devices": jax.device_count(), "pmap_vs_full": scaled(pmapped, full),
+            "sharded_vs_full": scaled(sharded, full), "pmap_vs_sharded": scaled(pmapped, sharded)}

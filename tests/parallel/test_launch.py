@@ -1,0 +1,49 @@
+"""Process launchers: results in rank order, a failing rank fails the run fast, nothing left behind."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jax_impl.parallel import ProcessFailed, launch, spawn
+from tests.parallel import _workers
+from torch_ref import parallel as tp
+
+
+def _children_alive() -> list[int]:
+    import multiprocessing
+
+    return [p.pid for p in multiprocessing.active_children()]
+
+
+def test_jax_processes_join_one_mesh() -> None:
+    """Two processes, jax.distributed with gloo: one global mesh of 2 devices, a cross-process sum."""
+    results = launch(_workers.jax_ranks, 2, timeout=120)
+    assert results == [(0, 2, 2, 6.0), (1, 2, 2, 6.0)]  # 2 x 1.0 + 2 x 2.0
+
+
+@pytest.mark.parametrize("launcher", ["jax", "torch"])
+def test_a_raising_rank_fails_the_run_with_its_error(launcher: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(ProcessFailed) as failed:
+        if launcher == "jax":
+            spawn(_workers.raise_on_rank_one, 2, timeout=60)
+        else:  # rank 0 is blocked in a gloo all_reduce that rank 1 never joins
+            tp.launch(_workers.torch_collective_then_raise, 2, backend="gloo", timeout=60)
+    assert failed.value.rank == 1 and failed.value.exc_type == "ValueError"
+    assert "rank 1 gives up" in str(failed.value) and "Traceback" in str(failed.value)
+    assert time.monotonic() - start < 30
+    assert _children_alive() == []
+
+
+def test_a_dying_rank_is_reported() -> None:
+    with pytest.raises(ProcessFailed, match="exited with code 3"):
+        spawn(_workers.die_on_rank_one, 2, timeout=60)
+    assert _children_alive() == []
+
+
+def test_timeout() -> None:
+    with pytest.raises(TimeoutError, match="did not finish within 2"):
+        spawn(_workers.die_on_rank_one, 1, timeout=2)  # rank 0 sleeps 60 s
+    assert _children_alive() == []

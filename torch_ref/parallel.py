@@ -1,0 +1,100 @@
+"""torch's real data parallelism: ``DistributedDataParallel`` over ``torch.distributed`` (gloo on CPU, NCCL on GPU).
+
+Nothing here reimplements DDP: :func:`wrap` returns
+``torch.nn.parallel.DistributedDataParallel`` (optionally after
+``torch.nn.SyncBatchNorm.convert_sync_batchnorm``), :func:`sampler` returns
+``torch.utils.data.DistributedSampler``. :func:`launch` starts N local ranks
+on a free loopback port (the process handling is ``jax_impl.parallel.spawn``'s:
+a rank that raises fails the whole run with its error, the others are
+terminated); :func:`init_from_env` joins a run started by ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from jax_impl.parallel.launch import ProcessFailed, spawn
+
+__all__ = ["ProcessFailed", "init_from_env", "launch", "resolve_backend", "sampler", "wrap"]
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """``"auto"``: NCCL when CUDA is available, else gloo (torch's usual choice)."""
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+    return backend
+
+
+def _setup(backend: str, rank: int, world_size: int, address: str, port: int) -> None:
+    os.environ.update({"MASTER_ADDR": address, "MASTER_PORT": str(port), "RANK": str(rank),
+                       "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)})
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+
+
+def _teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *, backend: str = "auto",
+           timeout: float | None = None) -> list[Any]:
+    """Runs ``fn(rank, world_size, *args)`` in ``world_size`` processes with ``init_process_group`` done.
+
+    Each process gets ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``,
+    ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (as ``torchrun`` sets them).
+
+    Returns:
+      The return values in rank order (picklable).
+
+    Raises:
+      ProcessFailed: a rank raised (its type, message and traceback) or died.
+      TimeoutError: ``timeout`` seconds passed.
+    """
+    from functools import partial
+
+    return spawn(fn, world_size, args, setup=partial(_setup, resolve_backend(backend)), teardown=_teardown,
+                 timeout=timeout)
+
+
+def init_from_env(backend: str = "auto") -> tuple[int, int, int]:
+    """``init_process_group`` for a process started by ``torchrun``: returns ``(rank, world_size, local_rank)``."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    backend = resolve_backend(backend)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend)
+    return rank, world_size, local_rank
+
+
+def wrap(model: torch.nn.Module, *, sync_bn: bool = False, broadcast_buffers: bool = True,
+         **kwargs: Any) -> torch.nn.parallel.DistributedDataParallel:
+    """``DistributedDataParallel(model)`` (after ``SyncBatchNorm.convert_sync_batchnorm`` if ``sync_bn``).
+
+    On CUDA the model is moved to this rank's device first; on CPU
+    ``device_ids`` stays ``None``, as torch requires.
+    """
+    if sync_bn:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    if dist.get_backend() == "nccl":
+        device = torch.cuda.current_device()
+        model = model.cuda(device)
+        kwargs.setdefault("device_ids", [device])
+    if not broadcast_buffers:  # torch 2.13 deprecates the argument but keeps its meaning; True is the default
+        kwargs["broadcast_buffers"] = False
+    return torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+
+
+def sampler(dataset: Any, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False
+            ) -> torch.utils.data.DistributedSampler:
+    """torch's ``DistributedSampler`` for this rank (rank and world size from the process group)."""
+    return torch.utils.data.DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
