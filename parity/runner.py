@@ -207,9 +207,7 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     if only not in (None, "torch", "jax"):
         raise ValueError(f"only must be 'torch', 'jax' or None, got {only!r}")
     if config.parallel is not None and config.parallel.world_size > 1:
-        from parity.config import ConfigError
-
-        raise ConfigError("parallel.world_size > 1: data-parallel runs are not supported by the runner yet (issue #9)")
+        return _run_parallel(config, only, max_steps, runs_dir, write, resume)
     t_dtype, np_dtype = _float_dtype(config.train.dtype)
     x64 = config.train.dtype == "float64"
     previous_x64 = jax.config.jax_enable_x64
@@ -220,6 +218,65 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
                     resume, resume_from)
     finally:
         jax.config.update("jax_enable_x64", previous_x64)
+
+
+def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
+    """``parallel.world_size`` N > 1: torch DDP with N gloo/NCCL ranks vs the JAX step on N devices.
+
+    ``data.batch_size`` is each rank's batch (torch's habit: every rank's
+    DataLoader gets it). Only this (the launching) process evaluates nothing,
+    logs and writes the report; the ranks return rank 0's final state.
+    """
+    import math
+
+    from jax_impl.data import datasets as jdata
+    from jax_impl.data.collate import default_collate
+    from parity.config import ConfigError
+    from parity.parallel import DDPSpec, compare_ddp, divergence
+    from torch_ref.optim import optimizer_spec
+
+    par = cfg.parallel
+    unsupported = [(cfg.scheduler is not None, "scheduler", "an LR scheduler"),
+                   (bool(cfg.optimizer.param_groups), "optimizer.param_groups", "param groups"),
+                   (cfg.train.loss.name != "CrossEntropyLoss" or bool(cfg.train.loss.kwargs), "train.loss",
+                    "a loss other than CrossEntropyLoss()"),
+                   (only is not None, "--only", "--only"), (resume is not None, "--resume", "--resume")]
+    for bad, path, what in unsupported:
+        if bad:
+            raise ConfigError(f"data-parallel runs (parallel.world_size > 1) do not support {what} yet", path=path)
+    if par.backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("backend nccl needs CUDA; use gloo (or auto) on CPU", path="parallel.backend")
+    split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
+    dataset = jdata.build_dataset(cfg.data.dataset, train=True, **split)
+    x, y = default_collate([dataset[i] for i in range(len(dataset))])
+    n, batch = par.world_size, cfg.data.batch_size
+    steps_per_epoch = math.ceil(math.ceil(len(dataset) / n) / batch)
+    steps = cfg.train.epochs * steps_per_epoch if max_steps is None else min(max_steps, cfg.train.epochs * steps_per_epoch)
+    name, kwargs = optimizer_spec(cfg.optimizer)
+    spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), {"name": name, **kwargs}, np.asarray(x),
+                   np.asarray(y), world_size=n, local_batch=batch, steps=steps, seed=cfg.train.seed,
+                   sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode)
+    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=None)
+    folder = _make_folder(cfg, runs_dir) if write else None
+    report.run_dir = None if folder is None else str(folder)
+    start = time.perf_counter()
+    torch_run, jax_run = compare_ddp(spec)
+    seconds = time.perf_counter() - start
+    report.steps = [{"step": i, "epoch": i // steps_per_epoch, "torch_loss": a, "jax_loss": b}
+                    for i, (a, b) in enumerate(zip(torch_run["losses"], jax_run["losses"], strict=True))]
+    d = divergence(torch_run["state"], jax_run["state"])
+    report.epochs.append(EpochRecord(epoch=math.ceil(steps / steps_per_epoch) - 1, steps=steps,
+                                     param_max_rel=d["params"], worst_leaf=d["worst_param"],
+                                     buffer_max_rel=d["buffers"] if d["worst_buffer"] else math.nan,
+                                     torch_seconds=seconds))
+    tol = cfg.train.tolerance
+    report.passed = d["params"] <= tol.rtol
+    reference = "torch BatchNorm on the global batch (SyncBatchNorm needs CUDA)" if (
+        par.sync_bn and not torch.cuda.is_available()) else f"torch DDP, {n} ranks"
+    report.message = (f"{reference} vs JAX {par.jax_mode} on {n} devices, {steps} steps: max rel param divergence "
+                      f"{d['params']:.3g} ({d['worst_param']})" + ("" if report.passed else f" > rtol={tol.rtol}"))
+    _finish(report, cfg, runs_dir, write)
+    return report
 
 
 def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
