@@ -224,8 +224,9 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     """``parallel.world_size`` N > 1: torch DDP with N gloo/NCCL ranks vs the JAX step on N devices.
 
     ``data.batch_size`` is each rank's batch (torch's habit: every rank's
-    DataLoader gets it). Only this (the launching) process evaluates nothing,
-    logs and writes the report; the ranks return rank 0's final state.
+    DataLoader gets it). The ranks return rank 0's final state; only the
+    launching process logs and writes the report (torch recipes'
+    ``if rank in [-1, 0]``). No held-out evaluation yet.
     """
     import math
 
@@ -444,6 +445,55 @@ def _replay_step(torch_model, t_snap, j_snap, x, t_dtype, np_dtype, tol) -> str 
                             rtol=tol.rtol, atol=tol.atol)
     first = report.first_divergence
     return None if first is None else first.name
+
+
+def torch_precision_floor(cfg, steps: int) -> dict[str, Any]:
+    """How far torch's own float32 run of ``cfg`` is from its float64 run after ``steps`` steps.
+
+    The same model, weights, batches, optimizer, scheduler and loss as
+    :func:`run_experiment`'s torch side, trained twice (float32, float64);
+    returns ``{"max_rel": float, "worst": name}`` with the runner's measure
+    (``max |f32 - f64| / max |f64|`` per parameter, worst over parameters).
+    A float32 parity bound below this floor cannot be met by any
+    implementation that is not bit-identical to torch's kernels: the training
+    amplifies rounding itself (e.g. BatchNorm-bias gradients that are
+    cancellation residues).
+    """
+    from parity.models import build_models
+    from parity.optim import param_group_members
+    from torch_ref import data as tdata
+    from torch_ref.lr_scheduler import build_scheduler
+    from torch_ref.optim import build_optimizer
+
+    split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
+    runs = {}
+    for dtype in (torch.float32, torch.float64):
+        model = build_models(cfg.model, seed=cfg.train.seed)[0].to(dtype).train()
+        loader = tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=True, **split),
+                                        seed=cfg.train.seed)
+        named = dict(model.named_parameters())
+        opt = build_optimizer(cfg.optimizer, [{"params": [named[n] for n in names], **overrides}
+                                              for overrides, names in param_group_members(cfg.optimizer, list(named))])
+        sched = build_scheduler(cfg.scheduler, opt) if cfg.scheduler is not None else None
+        loss_fn = getattr(torch.nn, cfg.train.loss.name)(**cfg.train.loss.kwargs)
+        step = 0
+        while step < steps:
+            for x, y in loader:
+                if step >= steps:
+                    break
+                opt.zero_grad()
+                loss_fn(model(x.to(dtype)), y).backward()
+                opt.step()
+                step += 1
+                if sched is not None and cfg.scheduler.interval == "step":
+                    sched.step()
+            else:
+                if sched is not None and cfg.scheduler.interval == "epoch":
+                    sched.step()
+        runs[dtype] = {k: v.detach().double().numpy() for k, v in model.named_parameters()}
+    errors = {k: _scaled_err(runs[torch.float32][k], runs[torch.float64][k]) for k in runs[torch.float64]}
+    worst = max(errors, key=errors.get)
+    return {"max_rel": errors[worst], "worst": worst}
 
 
 def _scaled_err(ours: np.ndarray, theirs: np.ndarray) -> float:

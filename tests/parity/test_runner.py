@@ -46,16 +46,13 @@ def test_only_one_side(tmp_path):
     assert report.epochs[-1].jax_accuracy == report.epochs[-1].jax_accuracy  # measured, not NaN
 
 
-def test_resnet_synthetic_config_runs_a_few_steps_in_float64(tmp_path):
-    """ResNet-18, BatchNorm, AdamW + OneCycleLR per step, label smoothing. In float64 (measured ~1e-13).
-
-    In float32 this config's BatchNorm biases in layer4 drift apart within 3 steps (max rel 0.8): with
-    32 images of 32x32, layer4 normalises 32 values per channel, gradients of those biases are ~0
-    and Adam turns their sign noise into full-size steps; open in issue #8.
-    """
-    cfg = load_config("configs/resnet18_synthetic_adamw.yaml", ["train.dtype=float64"])
-    report = run_experiment(cfg, max_steps=3, runs_dir=tmp_path, progress=False, write=False)
-    assert report.epochs[-1].param_max_rel <= 1e-10, report.message
+@pytest.mark.parametrize("config", ["configs/resnet18_synthetic_adamw.yaml", "configs/resnet18_synthetic_sgd.yaml"])
+def test_resnet_synthetic_configs_agree_in_float64(tmp_path, config):
+    """ResNet-18, BatchNorm in train mode, one-cycle schedules per step, label smoothing; the configs run in
+    float64 (why: test_resnet_configs_part_from_float64_in_torch_itself). Full runs (21 steps) measured:
+    AdamW 1.9e-11, SGD 3.1e-12; here 3 steps, bar 1e-10, BN buffers too."""
+    report = run_experiment(load_config(config), max_steps=3, runs_dir=tmp_path, progress=False, write=False)
+    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
     assert report.epochs[-1].buffer_max_rel <= 1e-10  # BatchNorm running statistics
 
 
@@ -187,3 +184,14 @@ def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     assert "do not support an LR scheduler" in capsys.readouterr().err
     assert main([*args, "parallel.backend=nccl"]) == (2 if not __import__("torch").cuda.is_available() else 0)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("config", ["configs/resnet18_synthetic_adamw.yaml", "configs/resnet18_synthetic_sgd.yaml"])
+def test_resnet_configs_part_from_float64_in_torch_itself(config):
+    """Why the ResNet-18 configs run in float64: torch's own float32 run leaves torch's float64 run by more
+    than the 1e-4 bar within 3 steps (measured: AdamW 0.34, SGD 0.091; max |diff| / max |ref| per tensor,
+    worst in BatchNorm biases), so no float32 implementation short of bit-identical kernels can
+    follow torch there. float64 both sides agree to ~1e-13 (test above)."""
+    from parity.runner import torch_precision_floor
+
+    assert torch_precision_floor(load_config(config), steps=3)["max_rel"] > 1e-4
