@@ -49,13 +49,40 @@ def _torch_or_none() -> Any:
 
 @functools.cache
 @functools.cache
-def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
-    """Which sqrt the installed torch computes on CPU: ``"ieee"``, ``"mkl-avx512"`` or ``None``.
+@functools.lru_cache(maxsize=1)
+def torch_sqrt_table() -> np.ndarray | None:
+    """``torch.sqrt`` of every float32 in [1, 4) (``2**24`` values, 64 MiB), for sqrt mode ``"table"``.
 
-    Compares ``torch.sqrt`` on float32 values in [1, 4) (where MKL's
-    AVX-512 kernel differs from IEEE in 0.6% of cases), at several lengths,
-    with both candidates. ``None`` when torch is missing, or when neither
-    matches at every length (then jax_impl cannot promise bit-identity).
+    ``None`` without torch. See ``jax_impl.optim._table_sqrt`` for why this
+    table determines torch's float32 sqrt everywhere.
+    """
+    torch = _torch_or_none()
+    if torch is None:
+        return None
+    inputs = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
+    return torch.sqrt(torch.from_numpy(inputs)).numpy().copy()
+
+
+def _probe_inputs(samples: int) -> list[np.ndarray]:
+    # Several sizes (MKL may dispatch by length) and, beyond [1, 4), the whole exponent range.
+    rng = np.random.default_rng(0)
+    out = [np.linspace(1.0, 4.0, samples, endpoint=False, dtype=np.float32)]
+    out += [rng.uniform(1.0, 4.0, n).astype(np.float32) for n in (7, 37, 1000, 100003)]
+    wide = (np.abs(rng.standard_normal(100003)) * 10.0 ** rng.integers(-37, 38, 100003)).astype(np.float32)
+    out.append(wide[np.isfinite(wide) & (wide >= np.finfo(np.float32).tiny)])  # no subnormals: XLA flushes them
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
+    """Which sqrt the installed torch computes on CPU: ``"ieee"``, ``"mkl-avx512"``, ``"table"`` or ``None``.
+
+    Compares ``torch.sqrt`` (float32, several lengths, the whole exponent
+    range) with IEEE, with the emulated MKL AVX-512 kernel, and with the
+    table of torch's own values on [1, 4) (``"table"``: any other kernel
+    that is scale-invariant, e.g. MKL's SSE path on AMD CPUs; float32 only,
+    see :func:`torch_sqrt_float64_exact`). ``None`` when torch is missing or
+    nothing matches (then jax_impl cannot promise bit-identity).
     """
     torch = _torch_or_none()
     if torch is None:
@@ -64,22 +91,38 @@ def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     import jax.numpy as jnp
 
     from jax_impl.optim._mkl_sqrt import torch_sqrt_f32
+    from jax_impl.optim._table_sqrt import table_sqrt
 
-    # Several sizes: MKL dispatches by length (and by CPU vendor), so one size can look IEEE while
-    # the small tensors an optimizer test uses are not (seen on an AMD EPYC: 65536 values IEEE, 37 not).
-    rng = np.random.default_rng(0)
-    samples_by_size = [np.linspace(1.0, 4.0, samples, endpoint=False, dtype=np.float32)]
-    samples_by_size += [rng.uniform(1.0, 4.0, n).astype(np.float32) for n in (7, 37, 1000, 100003)]
-    modes = set()
-    for x in samples_by_size:
-        got = torch.sqrt(torch.from_numpy(x)).numpy().view(np.uint32)
-        if np.array_equal(got, np.sqrt(x).view(np.uint32)):
-            modes.add("ieee")
-        elif np.array_equal(got, np.asarray(jax.jit(torch_sqrt_f32)(jnp.asarray(x))).view(np.uint32)):
-            modes.add("mkl-avx512")
-        else:
-            return None
-    return modes.pop() if len(modes) == 1 else None
+    inputs = _probe_inputs(samples)
+    got = [torch.sqrt(torch.from_numpy(x)).numpy().view(np.uint32) for x in inputs]
+    # XLA:CPU flushes subnormal outputs and inputs; none of these inputs or results is subnormal.
+    if all(np.array_equal(g, np.sqrt(x).view(np.uint32)) for g, x in zip(got, inputs)):
+        return "ieee"
+    mkl = jax.jit(torch_sqrt_f32)
+    if all(np.array_equal(g, np.asarray(mkl(jnp.asarray(x))).view(np.uint32)) for g, x in zip(got, inputs)):
+        return "mkl-avx512"
+    table = torch_sqrt_table()
+    lookup = jax.jit(table_sqrt)
+    if all(np.array_equal(g, np.asarray(lookup(jnp.asarray(x), table)).view(np.uint32)) for g, x in zip(got, inputs)):
+        return "table"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def torch_sqrt_float64_exact() -> bool:
+    """Whether jax_impl's float64 sqrt under the probed mode equals torch's (IEEE, or MKL AVX-512 emulated).
+
+    Mode ``"table"`` covers float32 only; its float64 sqrt is IEEE, which
+    torch's is not on every CPU (not on an AMD EPYC).
+    """
+    torch = _torch_or_none()
+    mode = probe_torch_sqrt()
+    if torch is None or mode is None:
+        return False
+    if mode == "mkl-avx512":
+        return True
+    x = np.random.default_rng(1).uniform(0.0, 4.0, 100003)
+    return bool(np.array_equal(torch.sqrt(torch.from_numpy(x)).numpy(), np.sqrt(x)))
 
 
 # When torch's sqrt is unrecognised, sqrt-based optimizers can only be held to issue #3's fallback bar.
@@ -89,21 +132,26 @@ _FALLBACK = {"float32": {"rtol": 1e-5, "atol": 1e-6}, "float64": {"rtol": 1e-12,
 def sqrt_tolerances(dtype: str = "float32", uses_sqrt: bool = True) -> dict[str, float]:
     """Tolerances for comparing a sqrt-based optimizer run with torch on this machine.
 
-    ``{}`` (bit-identical) when :func:`probe_torch_sqrt` recognises torch's
-    sqrt or the optimizer takes none; otherwise the fallback bar of issue #3
-    (float32: rtol 1e-5, atol 1e-6; float64: rtol 1e-12, atol 1e-13), e.g. on
-    an AMD EPYC, whose MKL sqrt is neither IEEE nor MKL's Intel AVX-512 kernel.
+    ``{}`` (bit-identical) when jax_impl reproduces torch's sqrt in ``dtype``
+    on this machine (:func:`probe_torch_sqrt`, :func:`torch_sqrt_float64_exact`)
+    or the optimizer takes none; otherwise the fallback bar of issue #3
+    (float32: rtol 1e-5, atol 1e-6; float64: rtol 1e-12, atol 1e-13), e.g.
+    float64 on an AMD EPYC, whose MKL double sqrt is neither IEEE nor MKL's
+    Intel AVX-512 kernel (its float32 sqrt is reproduced by mode ``"table"``).
     """
-    if not uses_sqrt or probe_torch_sqrt() is not None:
+    exact = probe_torch_sqrt() is not None if dtype == "float32" else torch_sqrt_float64_exact()
+    if not uses_sqrt or exact:
         return {}
     return dict(_FALLBACK[dtype])
 
 
 def match_torch_sqrt() -> str | None:
     """Sets ``jax_impl.optim``'s sqrt mode to what :func:`probe_torch_sqrt` finds; returns it."""
-    from jax_impl.optim import set_sqrt_mode
+    from jax_impl.optim import set_sqrt_mode, set_sqrt_table
 
     mode = probe_torch_sqrt()
+    if mode == "table":
+        set_sqrt_table(torch_sqrt_table())
     if mode is not None:
         set_sqrt_mode(mode)
     return mode

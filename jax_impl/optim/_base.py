@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl.optim._ops import TorchOps, get_sqrt_mode, runtime_zero
+from jax_impl.optim._ops import TorchOps, get_sqrt_mode, get_sqrt_table, runtime_zero
 
 __all__ = [
     "Hyperparameter",
@@ -185,6 +185,7 @@ def torch_optimizer(
 
     n_leaf = len(leaf_state_names)
     sqrt_mode = get_sqrt_mode()  # fixed when the optimizer is built
+    sqrt_table = get_sqrt_table() if sqrt_mode == "table" else None
 
     def init(params: Any) -> Any:
         treedef = jax.tree.structure(params)
@@ -195,7 +196,7 @@ def torch_optimizer(
 
     @jax.jit
     def kernel(grads, params, leaf_states, vector, count):
-        ops = TorchOps(runtime_zero(count), sqrt_mode)
+        ops = TorchOps(runtime_zero(count), sqrt_mode, sqrt_table)
         step = count + 1
 
         def one(g, p, *s):

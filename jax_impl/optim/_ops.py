@@ -31,11 +31,15 @@ per-step kernel, so jit and non-jit agree.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-__all__ = ["TorchOps", "get_sqrt_mode", "runtime_zero", "set_sqrt_mode", "torch_sqrt"]
+__all__ = ["TorchOps", "get_sqrt_mode", "get_sqrt_table", "runtime_zero", "set_sqrt_mode", "set_sqrt_table",
+           "torch_sqrt"]
 
 _INT_OF_WIDTH = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
 
@@ -45,8 +49,9 @@ def runtime_zero(count: jax.Array) -> jax.Array:
     return lax.shift_right_arithmetic(count.astype(jnp.int32), jnp.int32(31))
 
 
-_SQRT_MODES = ("ieee", "mkl-avx512")
+_SQRT_MODES = ("ieee", "mkl-avx512", "table")
 _sqrt_mode = "ieee"
+_sqrt_table: Any = None  # float32[2**24]: torch.sqrt on [1, 4), for mode "table"
 
 
 def set_sqrt_mode(mode: str) -> None:
@@ -59,20 +64,45 @@ def set_sqrt_mode(mode: str) -> None:
       ``vdSqrt``, which torch's default CPU optimizers call on AVX-512 x86
       machines (0.6% of float32 results are 1 ULP below IEEE).
 
+    - ``"table"``: float32 sqrt read from a table of torch's own values on
+      [1, 4) (:func:`set_sqrt_table`), exact for any MKL path and CPU (e.g.
+      AMD, where MKL's sqrt is neither of the above); float64 stays IEEE.
+
     ``parity.numerics.match_torch_sqrt()`` probes the installed torch and sets it.
     """
     global _sqrt_mode
     if mode not in _SQRT_MODES:
         raise ValueError(f"sqrt mode must be one of {_SQRT_MODES}, got {mode!r}")
+    if mode == "table" and _sqrt_table is None:
+        raise ValueError("sqrt mode 'table' needs set_sqrt_table(parity.numerics.torch_sqrt_table()) first")
     _sqrt_mode = mode
+
+
+def set_sqrt_table(table: Any) -> None:
+    """Registers torch's float32 sqrt on [1, 4) (``2**24`` values, see ``jax_impl.optim._table_sqrt``)."""
+    global _sqrt_table
+    from jax_impl.optim._table_sqrt import TABLE_SIZE
+
+    array = np.asarray(table)
+    if array.shape != (TABLE_SIZE,) or array.dtype != np.float32:
+        raise ValueError(f"a sqrt table is float32[{TABLE_SIZE}], got {array.dtype}{list(array.shape)}")
+    _sqrt_table = array
 
 
 def get_sqrt_mode() -> str:
     return _sqrt_mode
 
 
-def torch_sqrt(x: jax.Array, mode: str | None = None) -> jax.Array:
+def get_sqrt_table() -> Any:
+    return _sqrt_table
+
+
+def torch_sqrt(x: jax.Array, mode: str | None = None, table: Any = None) -> jax.Array:
     """torch's CPU ``sqrt`` under ``mode`` (default: the current :func:`set_sqrt_mode`)."""
+    if (mode or _sqrt_mode) == "table" and x.dtype == jnp.float32:
+        from jax_impl.optim._table_sqrt import table_sqrt
+
+        return table_sqrt(x, table if table is not None else _sqrt_table)
     if (mode or _sqrt_mode) == "mkl-avx512" and x.dtype in (jnp.float32, jnp.float64):
         from jax_impl.optim._mkl_sqrt import mkl_sqrt
 
@@ -88,9 +118,10 @@ class TorchOps:
         separately rounded products from being contracted into FMAs.
     """
 
-    def __init__(self, zero: jax.Array, sqrt_mode: str = "ieee") -> None:
+    def __init__(self, zero: jax.Array, sqrt_mode: str = "ieee", sqrt_table: Any = None) -> None:
         self._zero = zero
         self._sqrt_mode = sqrt_mode
+        self._sqrt_table = sqrt_table
 
     def rounded(self, x: jax.Array) -> jax.Array:
         """``x`` unchanged, but opaque to FMA contraction (its rounding is kept)."""
@@ -150,7 +181,7 @@ class TorchOps:
 
     def sqrt(self, a: jax.Array) -> jax.Array:
         """``a.sqrt()`` as torch's CPU build computes it (see :func:`set_sqrt_mode`)."""
-        return torch_sqrt(a, self._sqrt_mode)
+        return torch_sqrt(a, self._sqrt_mode, self._sqrt_table)
 
     @staticmethod
     def sign(a: jax.Array) -> jax.Array:
