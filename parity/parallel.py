@@ -156,8 +156,10 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     from flax import nnx
     from jax_impl.nn import SyncBatchNorm
     from parity.convert.modules import load_torch_state_dict
+    from parity.numerics import match_torch_sqrt
     from parity.optim import build_jax_optimizer
 
+    match_torch_sqrt()  # this process's optimizer uses torch's CPU sqrt, as the runner does
     if spec.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     model = getattr(jm, spec.model)(**spec.model_kwargs, rngs=nnx.Rngs(spec.seed))

@@ -212,12 +212,18 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     x64 = config.train.dtype == "float64"
     previous_x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", x64)
+    from jax_impl.optim import get_sqrt_mode, set_sqrt_mode
+    from parity.numerics import match_torch_sqrt
+
+    previous_sqrt = get_sqrt_mode()
+    match_torch_sqrt()  # torch's CPU sqrt on this machine (IEEE, MKL AVX-512 or its table): sqrt optimizers exact
     try:
         return _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                     jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer, param_group_members,
                     resume, resume_from)
     finally:
         jax.config.update("jax_enable_x64", previous_x64)
+        set_sqrt_mode(previous_sqrt)
 
 
 def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
