@@ -203,6 +203,8 @@ class ParallelConfig:
 
     def __post_init__(self) -> None:
         _require(self.world_size >= 1, "world_size", f"must be >= 1, got {self.world_size}")
+        _require(not self.sync_bn or self.world_size > 1, "sync_bn",
+                 "SyncBatchNorm needs a data-parallel run: set parallel.world_size > 1")
 
 
 @dataclasses.dataclass(frozen=True)
