@@ -11,10 +11,18 @@ from tests.parallel import _workers
 from torch_ref import parallel as tp
 
 
-def _children_alive() -> list[int]:
+def _children_alive() -> set[int]:
     import multiprocessing
 
-    return [p.pid for p in multiprocessing.active_children()]
+    return {p.pid for p in multiprocessing.active_children()}
+
+
+@pytest.fixture(autouse=True)
+def _no_new_children():
+    """Every launch leaves no process behind (children other tests left, e.g. loader workers, are not ours)."""
+    before = _children_alive()
+    yield
+    assert _children_alive() - before == set()
 
 
 def test_jax_processes_join_one_mesh() -> None:
@@ -34,16 +42,13 @@ def test_a_raising_rank_fails_the_run_with_its_error(launcher: str) -> None:
     assert failed.value.rank == 1 and failed.value.exc_type == "ValueError"
     assert "rank 1 gives up" in str(failed.value) and "Traceback" in str(failed.value)
     assert time.monotonic() - start < 30
-    assert _children_alive() == []
 
 
 def test_a_dying_rank_is_reported() -> None:
     with pytest.raises(ProcessFailed, match="exited with code 3"):
         spawn(_workers.die_on_rank_one, 2, timeout=60)
-    assert _children_alive() == []
 
 
 def test_timeout() -> None:
     with pytest.raises(TimeoutError, match="did not finish within 2"):
         spawn(_workers.die_on_rank_one, 1, timeout=2)  # rank 0 sleeps 60 s
-    assert _children_alive() == []
