@@ -60,19 +60,27 @@ def _initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
+def _torch_model(spec: DDPSpec, initial: dict[str, np.ndarray]):
+    """``(torch model holding initial, in spec's dtype; that dtype)``."""
+    import torch
+
+    import torch_ref.models as tm
+
+    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
+    return model.to(dtype), dtype
+
+
 def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
     import torch
     import torch.distributed as dist
 
-    import torch_ref.models as tm
     from torch_ref import parallel
     from torch_ref.optim import build_optimizer
 
     torch.set_num_threads(1)
-    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
-    model = getattr(tm, spec.model)(**spec.model_kwargs)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
-    model = model.to(dtype)
+    model, dtype = _torch_model(spec, initial)
     ddp = parallel.wrap(model, sync_bn=spec.sync_bn)
     optimizer = build_optimizer(spec.optimizer, ddp.parameters())
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(spec.x).to(dtype), torch.from_numpy(spec.y))
@@ -108,13 +116,10 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     is SyncBN's arithmetic: global-batch statistics, and the gradient of the mean of the local mean losses."""
     import torch
 
-    import torch_ref.models as tm
     from torch_ref.optim import build_optimizer
 
-    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
-    model = getattr(tm, spec.model)(**spec.model_kwargs)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
-    model = model.to(dtype).train()
+    model, dtype = _torch_model(spec, initial)
+    model.train()
     optimizer = build_optimizer(spec.optimizer, model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
     losses = []
@@ -158,29 +163,20 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     from parity.convert.modules import load_torch_state_dict
     from parity.numerics import match_torch_sqrt
     from parity.optim import build_jax_optimizer
+    from parity.runner import _cast_jax_model
 
     match_torch_sqrt()  # this process's optimizer uses torch's CPU sqrt, as the runner does
     if spec.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     model = getattr(jm, spec.model)(**spec.model_kwargs, rngs=nnx.Rngs(spec.seed))
     if spec.dtype == "float64":
-        model = _cast(model, np.float64)
+        _cast_jax_model(model, np.float64)
         initial = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in initial.items()}
     load_torch_state_dict(model, initial)
     if spec.sync_bn:
         model = SyncBatchNorm.convert_sync_batchnorm(model, axis_name=axis_name)
     model.train()
     return model, build_jax_optimizer(spec.optimizer)
-
-
-def _cast(model, dtype):
-    import jax.numpy as jnp
-    from flax import nnx
-
-    for _, var in nnx.iter_graph(model):
-        if isinstance(var, nnx.Variable) and jnp.issubdtype(var.value.dtype, jnp.floating):
-            var.value = jnp.asarray(var.value, dtype)
-    return model
 
 
 def _state_dict(model) -> dict[str, np.ndarray]:

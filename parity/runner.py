@@ -86,6 +86,18 @@ def _cast_jax_model(model, dtype) -> None:
             var.value = jnp.asarray(value, dtype)
 
 
+def _torch_optimizer(cfg, model):
+    """The real ``torch.optim`` optimizer of ``cfg`` over ``model``, one torch param group per entry of
+    :func:`parity.optim.param_group_members` (returned too: the JAX side builds the same groups)."""
+    from parity.optim import param_group_members
+    from torch_ref.optim import build_optimizer
+
+    named = dict(model.named_parameters())
+    groups = param_group_members(cfg.optimizer, list(named))
+    return build_optimizer(cfg.optimizer, [{"params": [named[n] for n in names], **overrides}
+                                           for overrides, names in groups]), groups
+
+
 def _jax_optimizer(cfg, steps_per_epoch: int, groups):
     """``jax_impl.optim`` transformation with the scheduler's lr (and cycled momentum) wired in.
 
@@ -200,9 +212,9 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     from parity.compare import compare
     from parity.models import build_models
     from torch_ref import data as tdata
+    from jax_impl.optim import get_sqrt_mode, set_sqrt_mode
+    from parity.numerics import match_torch_sqrt
     from torch_ref.lr_scheduler import build_scheduler
-    from parity.optim import param_group_members
-    from torch_ref.optim import build_optimizer
 
     if only not in (None, "torch", "jax"):
         raise ValueError(f"only must be 'torch', 'jax' or None, got {only!r}")
@@ -212,14 +224,11 @@ def run_experiment(config, *, only: str | None = None, max_steps: int | None = N
     x64 = config.train.dtype == "float64"
     previous_x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", x64)
-    from jax_impl.optim import get_sqrt_mode, set_sqrt_mode
-    from parity.numerics import match_torch_sqrt
-
     previous_sqrt = get_sqrt_mode()
     match_torch_sqrt()  # torch's CPU sqrt on this machine (IEEE, MKL AVX-512 or its table): sqrt optimizers exact
     try:
         return _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
-                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer, param_group_members,
+                    jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler,
                     resume, resume_from)
     finally:
         jax.config.update("jax_enable_x64", previous_x64)
@@ -287,7 +296,7 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
 
 
 def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
-         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler, build_optimizer, param_group_members,
+         jax, jnp, optax, nnx, jnn, jdata, compare, build_models, tdata, build_scheduler,
          resume=None, resume_from=None):
     cfg = config
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
@@ -315,10 +324,7 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
             )
         steps_per_epoch = len(t_train)
 
-        named = dict(torch_model.named_parameters())
-        groups = param_group_members(cfg.optimizer, list(named))
-        t_opt = build_optimizer(cfg.optimizer, [{"params": [named[n] for n in names], **overrides}
-                                                for overrides, names in groups])
+        t_opt, groups = _torch_optimizer(cfg, torch_model)
         t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
         tx, schedule = _jax_optimizer(cfg, steps_per_epoch, groups)
         opt_state = tx.init(nnx.state(jax_model, nnx.Param))
@@ -466,10 +472,8 @@ def torch_precision_floor(cfg, steps: int) -> dict[str, Any]:
     cancellation residues).
     """
     from parity.models import build_models
-    from parity.optim import param_group_members
     from torch_ref import data as tdata
     from torch_ref.lr_scheduler import build_scheduler
-    from torch_ref.optim import build_optimizer
 
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
     runs = {}
@@ -477,9 +481,7 @@ def torch_precision_floor(cfg, steps: int) -> dict[str, Any]:
         model = build_models(cfg.model, seed=cfg.train.seed)[0].to(dtype).train()
         loader = tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=True, **split),
                                         seed=cfg.train.seed)
-        named = dict(model.named_parameters())
-        opt = build_optimizer(cfg.optimizer, [{"params": [named[n] for n in names], **overrides}
-                                              for overrides, names in param_group_members(cfg.optimizer, list(named))])
+        opt, _ = _torch_optimizer(cfg, model)
         sched = build_scheduler(cfg.scheduler, opt) if cfg.scheduler is not None else None
         loss_fn = getattr(torch.nn, cfg.train.loss.name)(**cfg.train.loss.kwargs)
         step = 0
