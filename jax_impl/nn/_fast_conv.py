@@ -23,6 +23,12 @@ few multiply-adds per output pixel (LeNet conv1) is written as one fused
 shifted-multiply-add loop, ~3x faster than Eigen's thin GEMM. 1-D and 3-D convs and grouped
 convs are never taken by YNNPACK, so they use the plain ops unchanged.
 
+A conv whose output image is no larger than its kernel (ResNet-18's last
+stage at 64x64 input: 3x3 convs on 2x2 images) is written as im2col and one
+GEMM (``lax.dot_general``), its gradients by jax's rules for those ops: XLA's
+Eigen convolution takes 400+ ms for a 32x512x2x2 3x3 conv that the GEMM does
+in ~6 ms (torch: 7 ms), and its strided backward at 4x4 takes 115 ms vs 6 ms.
+
 If the process was started with YNNPACK convolutions off
 (``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``,
 the better fix: Eigen on the plain weight-gradient conv is ~2-3x faster than
@@ -37,16 +43,12 @@ from functools import partial
 
 import jax
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
-from jax_impl.nn.functional import (
-    _DIMENSION_NUMBERS,
-    _HIGHEST,
-    _add_bias,
-    _batched,
-    _ntuple,
-)
+_HIGHEST = lax.Precision.HIGHEST
+_NCHW = ("NCHW", "OIHW", "NCHW")
 
-__all__ = ["conv1d", "conv2d", "conv3d"]
+__all__ = ["conv2d_core"]
 
 # YNNPACK takes a 2-D conv when max(input features, output features) > 16
 # (ynn_support.cc); for the weight-gradient conv those are N and C_out.
@@ -79,24 +81,10 @@ def _ynn_takes_convs(xla_flags: str | None = None) -> bool:
 _YNN_CONVS = _ynn_takes_convs()
 
 
-def _resolve_padding(padding, nd, stride, dilation, kernel):
-    """torch's padding argument -> ``[(lo, hi)] * nd``, as ``jax_impl.nn.functional._conv``."""
-    if isinstance(padding, str):
-        if padding == "valid":
-            return [(0, 0)] * nd
-        if padding == "same":
-            if any(s != 1 for s in stride):
-                raise ValueError("padding='same' is not supported for strided convolutions")
-            totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
-            return [(t // 2, t - t // 2) for t in totals]
-        raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
-    return [(p, p) for p in _ntuple(padding, nd, "padding")]
-
-
-def _plain(x, w, stride, pads, dilation, groups, nd):
+def _plain(x, w, stride, pads, dilation):
+    """XLA's own convolution, exactly as ``jax_impl.nn.functional`` writes every other conv."""
     return lax.conv_general_dilated(
-        x, w, window_strides=stride, padding=pads, rhs_dilation=dilation,
-        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+        x, w, window_strides=stride, padding=pads, rhs_dilation=dilation, dimension_numbers=_NCHW, precision=_HIGHEST,
     )
 
 
@@ -169,67 +157,97 @@ def _direct_2d(x, w, stride, pads, dilation):
     return acc
 
 
-def _forward(x, w, stride, pads, dilation):
-    if _use_direct(w) and all(p >= 0 for pp in pads for p in pp):
-        return _direct_2d(x, w, stride, pads, dilation)
-    return _plain(x, w, stride, list(pads), dilation, 1, 2)
+def _out_size(x_shape, w_shape, stride, pads, dilation) -> tuple[int, int]:
+    return tuple((x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
+                 for a in range(2))
+
+
+def _use_gemm(x_shape, w_shape, stride, pads, dilation) -> bool:
+    """Output image no larger than the kernel: XLA's convolution is pathologically slow there."""
+    if jax.default_backend() != "cpu":
+        return False
+    taps = w_shape[2] * w_shape[3]
+    ho, wo = _out_size(x_shape, w_shape, stride, pads, dilation)
+    return taps > 1 and ho * wo <= taps
+
+
+def _gemm_2d(x, w, stride, pads, dilation):
+    """im2col then one GEMM: y[n, o, p] = sum_k patches[n, k, p] * w[o, k], k = (c, i, j) in torch's weight order."""
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+    ho, wo = _out_size(x.shape, w.shape, stride, pads, dilation)
+    cols = [
+        xp[:, :, i * dilation[0]:i * dilation[0] + stride[0] * (ho - 1) + 1:stride[0],
+           j * dilation[1]:j * dilation[1] + stride[1] * (wo - 1) + 1:stride[1]]
+        for i in range(kh) for j in range(kw)
+    ]
+    patches = jax.numpy.stack(cols, axis=2).reshape(n, c * kh * kw, ho * wo)
+    y = lax.dot_general(patches, w.reshape(o, c * kh * kw), (((1,), (1,)), ((), ())), precision=_HIGHEST)
+    return jax.numpy.transpose(y, (0, 2, 1)).reshape(n, o, ho, wo)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _direct_conv(x, w, stride, pads, dilation):
+    """The fused loop forward; its derivatives are those of XLA's own conv (the same bilinear map)."""
+    return _direct_2d(x, w, stride, pads, dilation)
+
+
+def _direct_conv_jvp(stride, pads, dilation, primals, tangents):
+    # Symbolic zeros: an input that is not differentiated (the images) costs no conv of zeros.
+    x, w = primals
+    dx, dw = tangents
+    y = _direct_2d(x, w, stride, pads, dilation)
+    out = None
+    if type(dx) is not SymbolicZero:
+        out = _plain(dx, w, stride, list(pads), dilation)
+    if type(dw) is not SymbolicZero:
+        t = _plain(x, dw, stride, list(pads), dilation)
+        out = t if out is None else out + t
+    return y, (jax.numpy.zeros_like(y) if out is None else out)
+
+
+_direct_conv.defjvp(_direct_conv_jvp, symbolic_zeros=True)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _conv2d_core(x, w, stride, pads, dilation):
-    return _forward(x, w, stride, pads, dilation)
+def _ynn_free_conv(x, w, stride, pads, dilation):
+    """Plain forward; weight gradient kept away from YNNPACK (only when XLA_FLAGS left its convs on)."""
+    return _plain(x, w, stride, list(pads), dilation)
 
 
-def _conv2d_core_fwd(x, w, stride, pads, dilation):
-    return _forward(x, w, stride, pads, dilation), (x, w)
+def _ynn_free_conv_fwd(x, w, stride, pads, dilation):
+    return _ynn_free_conv(x, w, stride, pads, dilation), (x, w)
 
 
-def _conv2d_core_bwd(stride, pads, dilation, res, g):
+def _ynn_free_conv_bwd(stride, pads, dilation, res, g):
     x, w = res
     pads = list(pads)
     # Input gradient: jax's own transpose rule (a conv of g with the flipped kernel).
-    _, vjp_x = jax.vjp(lambda a: _plain(a, w, stride, pads, dilation, 1, 2), x)
+    _, vjp_x = jax.vjp(lambda a: _plain(a, w, stride, pads, dilation), x)
     (dx,) = vjp_x(g)
-    if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
-        dw = _weight_grad_2d(x, g, w.shape[2:], stride, pads, dilation)
-    else:  # Eigen already runs jax's own rule for this shape
-        _, vjp_w = jax.vjp(lambda b: _plain(x, b, stride, pads, dilation, 1, 2), w)
-        (dw,) = vjp_w(g)
+    dw = _weight_grad_2d(x, g, w.shape[2:], stride, pads, dilation)
     return dx.astype(x.dtype), dw.astype(w.dtype)
 
 
-_conv2d_core.defvjp(_conv2d_core_fwd, _conv2d_core_bwd)
+_ynn_free_conv.defvjp(_ynn_free_conv_fwd, _ynn_free_conv_bwd)
 
 
-def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
-    x, unbatched = _batched(jax.numpy.asarray(input), nd, f"conv{nd}d")
-    weight = jax.numpy.asarray(weight)
-    stride = _ntuple(stride, nd, "stride")
-    dilation = _ntuple(dilation, nd, "dilation")
-    pads = _resolve_padding(padding, nd, stride, dilation, weight.shape[2:])
-    if x.shape[1] != weight.shape[1] * groups:
-        raise ValueError(
-            f"Given groups={groups}, weight of size {tuple(weight.shape)}, expected input"
-            f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
-        )
-    if nd == 2 and groups == 1 and x.dtype == weight.dtype:
-        y = _conv2d_core(x, weight, stride, tuple(pads), dilation)
-    else:
-        y = _plain(x, weight, stride, pads, dilation, groups, nd)
-    y = _add_bias(y, bias, nd)
-    return y[0] if unbatched else y
+def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
+    """The 2-D, ungrouped convolution of ``jax_impl.nn.functional.conv2d`` (no bias; ``pads`` as ``[(lo, hi)] * 2``).
 
-
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """``torch.nn.functional.conv1d`` (plain lax conv: YNNPACK never takes 1-D convs)."""
-    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
-
-
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """``torch.nn.functional.conv2d`` with a YNNPACK-free weight gradient."""
-    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
-
-
-def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """``torch.nn.functional.conv3d`` (plain lax conv: YNNPACK never takes 3-D convs)."""
-    return _conv(3, input, weight, bias, stride, padding, dilation, groups)
+    Routes, all computing the same sums (see the module docstring): im2col +
+    GEMM for outputs no larger than the kernel; the fused loop for tiny
+    kernels (its derivatives are XLA's conv rules, forward mode included);
+    the YNNPACK-free weight gradient when XLA_FLAGS left YNNPACK convs on
+    (reverse mode only); XLA's convolution otherwise, and on GPU/TPU.
+    """
+    stride, dilation = tuple(stride), tuple(dilation)
+    pads = tuple(tuple(p) for p in pads)
+    if _use_gemm(x.shape, w.shape, stride, pads, dilation):
+        return _gemm_2d(x, w, stride, pads, dilation)
+    if _use_direct(w) and all(p >= 0 for pp in pads for p in pp):
+        return _direct_conv(x, w, stride, pads, dilation)
+    if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
+        return _ynn_free_conv(x, w, stride, pads, dilation)
+    return _plain(x, w, stride, list(pads), dilation)

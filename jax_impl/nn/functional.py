@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 
 from jax_impl.nn import _pool_indices
+from jax_impl.nn._fast_conv import conv2d_core
 from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: torch.nn.functional names)
     celu,
     dropout,
@@ -120,10 +121,14 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
             f"Given groups={groups}, weight of size {tuple(weight.shape)}, expected input"
             f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
         )
-    y = lax.conv_general_dilated(
-        x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
-        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
-    )
+    if nd == 2 and groups == 1 and x.dtype == weight.dtype:
+        # XLA:CPU-aware lowering (jax_impl/nn/_fast_conv.py): same sums, routed around XLA's slow cases.
+        y = conv2d_core(x, weight, stride, pads, dilation)
+    else:
+        y = lax.conv_general_dilated(
+            x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
+            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+        )
     y = _add_bias(y, bias, nd)
     return y[0] if unbatched else y
 

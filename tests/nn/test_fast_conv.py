@@ -1,4 +1,4 @@
-"""jax_impl.nn._fast_conv against torch.nn.functional: forward and all gradients.
+"""jax_impl.nn.functional.conv{1,2,3}d (2-D through jax_impl.nn._fast_conv) against torch: forward and all gradients.
 
 Seeded random grids over shape, stride, padding (int, tuple, 'same', 'valid'),
 dilation, groups and bias, plus the benchmark shapes scaled down. The
@@ -42,6 +42,10 @@ _CASES = [
     (2, 20, 4, 5, (9, 8), (4, 2), 1, "same", 1, 1, False),   # even kernel: odd pad on the high side
     (2, 20, 4, 5, (9, 9), (3, 3), 3, "valid", 1, 1, False),
     (2, 18, 6, 9, (8, 8), (3, 3), 1, 1, 1, 3, True),       # groups: plain path
+    (2, 6, 24, 20, (2, 2), (3, 3), 1, 1, 1, 1, True),      # output no larger than the kernel: GEMM route
+    (2, 6, 16, 24, (4, 3), (3, 3), 2, 1, 1, 1, False),     # strided GEMM route
+    (2, 5, 8, 8, (1, 1), (3, 3), 1, 1, 1, 1, False),       # 1x1 image (ResNet at 32x32, last stage)
+    (2, 4, 6, 7, (5, 5), (3, 2), (2, 1), (1, 0), (2, 2), 1, True),  # dilated GEMM route
     (2, 3, 2, 4, (6, 6), (3, 3), 1, 1, 1, 1, True),        # small: jax's own rule
     (2, 0, 2, 4, (6, 6), (3, 3), 1, 1, 1, 1, False),       # unbatched (N=0 means no batch axis)
     (1, 20, 3, 5, (17,), (4,), 2, 1, 1, 1, True),
@@ -82,7 +86,7 @@ def _run(case, dtype):
     ct = rng.standard_normal(tuple(t_out.shape)).astype(dtype)
     t_grads = torch.autograd.grad(t_out, t_args, torch.tensor(ct))
 
-    jfn = {1: FC.conv1d, 2: FC.conv2d, 3: FC.conv3d}[nd]
+    jfn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
 
     def f(*a):
         return jfn(a[0], a[1], a[2] if has_bias else None, stride=s, padding=p, dilation=d, groups=g)
@@ -106,30 +110,31 @@ def test_float32_matches_torch(case):
     assert max(errs) <= 1e-5, errs
 
 
-@pytest.mark.parametrize("case", _CASES[:8] + _CASES[10:11], ids=[str(i) for i in range(9)])
+@pytest.mark.parametrize("case", _CASES[:8] + _CASES[10:15], ids=[str(i) for i in range(13)])
 def test_float64_matches_torch(case):
     with jax.enable_x64(True):
         errs = _run(case, np.float64)
     assert max(errs) <= 1e-12, errs
 
 
-def test_same_values_as_functional():
-    """Outside the direct path the forward is the very same lax op as jax_impl.nn.functional.conv2d."""
+def test_routes():
+    """Each shape takes the route the benchmarks chose for it."""
+    assert FC._use_gemm((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
+    assert FC._use_gemm((32, 256, 4, 4), (512, 256, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1))  # strided, 2x2 out
+    assert not FC._use_gemm((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
+    assert not FC._use_gemm((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))  # 1x1 kernel
+    assert FC._use_direct(jnp.zeros((6, 3, 5, 5))) and not FC._use_direct(jnp.zeros((16, 6, 5, 5)))
+
+
+def test_forward_mode():
+    """The fused-loop and GEMM routes keep jax.jvp / jacfwd working (a custom_vjp would not)."""
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal((20, 6, 12, 12), dtype=np.float32))
-    w = jnp.asarray(rng.standard_normal((16, 6, 5, 5), dtype=np.float32))
-    assert not FC._use_direct(w)
-    np.testing.assert_array_equal(np.asarray(FC.conv2d(x, w, padding=2)), np.asarray(F.conv2d(x, w, padding=2)))
-
-
-def test_errors_match_functional():
-    x = jnp.zeros((2, 4, 8, 8))
-    with pytest.raises(ValueError, match="strided"):
-        FC.conv2d(x, jnp.zeros((3, 4, 3, 3)), stride=2, padding="same")
-    with pytest.raises(ValueError, match="Invalid padding string"):
-        FC.conv2d(x, jnp.zeros((3, 4, 3, 3)), padding="full")
-    with pytest.raises(ValueError, match="channels"):
-        FC.conv2d(x, jnp.zeros((3, 3, 3, 3)))
+    for xs, ws, pad in (((2, 3, 9, 9), (4, 3, 5, 5), 0), ((2, 8, 2, 2), (5, 8, 3, 3), 1)):
+        x = jnp.asarray(rng.standard_normal(xs, dtype=np.float32))
+        w = jnp.asarray(rng.standard_normal(ws, dtype=np.float32))
+        tw = jnp.asarray(rng.standard_normal(ws, dtype=np.float32))
+        _, jvp = jax.jvp(lambda v: F.conv2d(x, v, padding=pad), (w,), (tw,))
+        np.testing.assert_allclose(np.asarray(jvp), np.asarray(F.conv2d(x, tw, padding=pad)), rtol=1e-5, atol=1e-5)
 
 
 def test_weight_grad_leaves_ynn():
@@ -141,8 +146,8 @@ def test_weight_grad_leaves_ynn():
     def hlo(fn):
         return jax.jit(lambda w, g: jax.vjp(lambda v: fn(x, v), w)[1](g)).lower(w, g).compile().as_text()
 
-    assert "__ynn_fusion" not in hlo(FC.conv2d)
-    if "__ynn_fusion" not in hlo(F.conv2d):
+    assert "__ynn_fusion" not in hlo(lambda a, b: FC._ynn_free_conv(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1)))
+    if "__ynn_fusion" not in hlo(lambda a, b: FC._plain(a, b, (1, 1), [(0, 0), (0, 0)], (1, 1))):
         pytest.skip("this XLA no longer sends the plain weight-gradient conv to YNNPACK")
 
 

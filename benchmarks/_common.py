@@ -1,0 +1,93 @@
+"""What every benchmark script shares: timing, the machine's description, JSON output."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def time_calls(calls: dict[str, Callable[[], None]], *, warmup: int, repeats: int) -> dict[str, dict[str, Any]]:
+    """Warm every call up, then time them round-robin ``repeats`` times.
+
+    Round-robin, so that drift in the machine's speed (shared hosts, turbo,
+    other processes) hits every variant alike. Each call must block until its
+    work is done (``jax.block_until_ready``).
+    """
+    warmup_s = {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        for _ in range(warmup):
+            call()
+        warmup_s[name] = time.perf_counter() - start
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            t = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - t)
+    return {
+        name: {
+            "median_ms": 1e3 * statistics.median(ts),
+            "min_ms": 1e3 * min(ts),
+            "max_ms": 1e3 * max(ts),
+            "warmup_s": warmup_s[name],
+            "samples_ms": [round(1e3 * t, 3) for t in ts],
+        }
+        for name, ts in samples.items()
+    }
+
+
+def ratio(torch_timing: dict[str, Any], ours: dict[str, Any]) -> float:
+    """torch's median time over ours: above 1 means we are faster."""
+    return torch_timing["median_ms"] / ours["median_ms"]
+
+
+def machine_info() -> dict[str, Any]:
+    """The CPU, core count and library versions a result was measured with."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "logical_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    import numpy
+
+    info["numpy"] = numpy.__version__
+    try:
+        import jax
+        import jaxlib
+
+        info.update(jax=jax.__version__, jaxlib=jaxlib.__version__, jax_devices=[str(d) for d in jax.devices()])
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                    torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {path}")

@@ -1,0 +1,270 @@
+"""Time a train step and a forward pass: torch eager vs jax_impl under jax.jit.
+
+    python benchmarks/train_step.py [--repeats N] [--json PATH] [--only lenet_b256,...] [--no-memory]
+
+Cases (float32, random data, CrossEntropyLoss, SGD lr=0.01 momentum=0.9):
+
+- ``lenet_b256``: LeNet (3x32x32, 10 classes), batch 256;
+- ``resnet18_b32_64``: ResNet-18 (10 classes), batch 32 of 3x64x64;
+- ``resnet18_b4_224``: ResNet-18 (1000 classes), batch 4 of 3x224x224.
+
+For each case:
+
+- ``train``: one full step. torch: ``zero_grad``, forward, loss, backward,
+  ``SGD.step`` (eager, the way a torch recipe runs). JAX: the model split
+  into parameters and buffers (``nnx.split``), one ``jax.jit`` of forward,
+  loss, ``jax.grad`` and ``jax_impl.optim.sgd``'s exact step, with the state
+  donated (updated in place), as a JAX training loop runs it;
+- ``infer``: forward in eval mode (torch under ``torch.no_grad``, JAX one
+  jitted forward).
+
+Both frameworks start from the same weights (``parity.convert``), the JAX
+variants are warmed up (compilation excluded from the timings) and timed,
+then torch on its own (interleaving torch's OpenMP pool with XLA's thread
+pool slows both). Reported: median and min over ``--repeats`` calls, and the
+ratio torch time / JAX time (above 1: JAX is faster).
+
+Peak memory (unless ``--no-memory``): each framework runs the train step in
+a fresh subprocess that imports only that framework, for a few batch sizes;
+reported is the growth of the process's peak RSS from just before the first
+step to after three steps (for JAX this includes compiling the step), and
+for JAX also XLA's own account of the compiled step
+(``memory_analysis().temp_size_in_bytes``: scratch space, beyond the
+arguments).
+
+This is a benchmark, not a test: nothing under tests/ runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine_info, ratio, time_calls, write_json  # noqa: E402
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "train_step.json"
+
+CASES: dict[str, dict[str, Any]] = {
+    "lenet_b256": dict(model="lenet", batch=256, image=32, classes=10, memory_batches=(64, 256, 1024)),
+    "resnet18_b32_64": dict(model="resnet18", batch=32, image=64, classes=10, memory_batches=(8, 32, 64)),
+    "resnet18_b4_224": dict(model="resnet18", batch=4, image=224, classes=1000, memory_batches=(2, 4, 8)),
+}
+LR, MOMENTUM = 0.01, 0.9
+
+
+def _torch_model(case: dict[str, Any]):
+    import torch
+
+    from torch_ref import models
+
+    torch.manual_seed(0)
+    if case["model"] == "lenet":
+        return models.LeNet(num_classes=case["classes"], in_channels=3, image_size=case["image"])
+    return models.resnet18(num_classes=case["classes"])
+
+
+def _jax_model(case: dict[str, Any]):
+    from flax import nnx
+
+    from jax_impl import models
+
+    rngs = nnx.Rngs(0)
+    if case["model"] == "lenet":
+        return models.LeNet(num_classes=case["classes"], in_channels=3, image_size=case["image"], rngs=rngs)
+    return models.resnet18(num_classes=case["classes"], rngs=rngs)
+
+
+def _data(case: dict[str, Any], batch: int | None = None):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = batch or case["batch"]
+    x = rng.standard_normal((n, 3, case["image"], case["image"]), dtype=np.float32)
+    y = rng.integers(0, case["classes"], n).astype(np.int64)
+    return x, y
+
+
+def torch_calls(case: dict[str, Any], x, y):
+    """``train`` and ``infer`` closures for torch, and the model (to copy its weights to JAX)."""
+    import torch
+
+    model = _torch_model(case)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+
+    def train() -> None:
+        model.train()
+        opt.zero_grad()
+        loss_fn(model(tx), ty).backward()
+        opt.step()
+
+    def infer() -> None:
+        model.eval()
+        with torch.no_grad():
+            model(tx)
+
+    return {"train": train, "infer": infer}, model
+
+
+def jax_train_step(model, *, donate: bool = True):
+    """``(state, x, y) -> (state, loss)`` jitted, and the initial state: the model split by ``nnx.split``."""
+    import jax
+    from flax import nnx
+
+    from jax_impl import nn, optim
+
+    tx = optim.sgd(lr=LR, momentum=MOMENTUM)
+    loss_fn = nn.CrossEntropyLoss()
+    graphdef, params, buffers = nnx.split(model, nnx.Param, ...)
+
+    def step(state, x, y):
+        params, buffers, opt_state = state
+
+        def loss_of(p):
+            m = nnx.merge(graphdef, p, jax.tree.map(lambda v: v, buffers))
+            return loss_fn(m(x), y), nnx.state(m, nnx.Not(nnx.Param))
+
+        (loss, buffers), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+        params, opt_state = tx.step(grads, opt_state, params)
+        return (params, buffers, opt_state), loss
+
+    return jax.jit(step, donate_argnums=(0,) if donate else ()), (params, buffers, tx.init(params))
+
+
+def jax_calls(case: dict[str, Any], x, y, torch_model):
+    """``train`` and ``infer`` closures for jax_impl, starting from ``torch_model``'s weights."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from parity.convert import load_torch_state_dict
+
+    model = _jax_model(case)
+    load_torch_state_dict(model, torch_model.state_dict())
+    jx, jy = jnp.asarray(x), jnp.asarray(y)
+    model.eval()
+    graphdef, variables = nnx.split(model)
+    variables = jax.tree.map(jnp.copy, variables)  # the train step donates (deletes) the model's own arrays
+    forward = jax.jit(lambda v, a: nnx.merge(graphdef, v)(a))
+    model.train()
+    step, state = jax_train_step(model)
+    box = {"state": state}
+
+    def train() -> None:
+        box["state"], loss = step(box["state"], jx, jy)
+        jax.block_until_ready(loss)
+
+    def infer() -> None:
+        jax.block_until_ready(forward(variables, jx))
+
+    return {"train": train, "infer": infer}
+
+
+def run_case(name: str, *, repeats: int) -> dict[str, Any]:
+    case = CASES[name]
+    x, y = _data(case)
+    torch_fns, torch_model = torch_calls(case, x, y)
+    jax_fns = jax_calls(case, x, y, torch_model)
+    result: dict[str, Any] = {"case": dict(case, memory_batches=list(case["memory_batches"]))}
+    jax_times = time_calls({k: jax_fns[k] for k in ("train", "infer")}, warmup=2, repeats=repeats)
+    torch_times = time_calls({k: torch_fns[k] for k in ("train", "infer")}, warmup=2, repeats=repeats)
+    for mode in ("train", "infer"):
+        result[mode] = {"torch": torch_times[mode], "jax": jax_times[mode],
+                        "ratio": ratio(torch_times[mode], jax_times[mode])}
+    return result
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * resource.getpagesize()
+
+
+def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
+    """Run in a subprocess: peak-RSS growth over three train steps of one framework."""
+    case = CASES[name]
+    x, y = _data(case, batch)
+    out: dict[str, Any] = {}
+    if framework == "torch":
+        fns, _ = torch_calls(case, x, y)
+        train = fns["train"]
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        step, state = jax_train_step(_jax_model(case))
+        jx, jy = jnp.asarray(x), jnp.asarray(y)
+        analysis = step.lower(state, jx, jy).compile().memory_analysis()
+        if analysis is not None:
+            out["xla_temp_bytes"] = int(analysis.temp_size_in_bytes)
+        box = {"state": state}
+
+        def train() -> None:
+            box["state"], loss = step(box["state"], jx, jy)
+            jax.block_until_ready(loss)
+
+    before = _rss_bytes()
+    for _ in range(3):
+        train()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["peak_rss_growth_bytes"] = max(0, peak - before)
+    return out
+
+
+def run_memory(name: str) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for batch in CASES[name]["memory_batches"]:
+        for framework in ("torch", "jax"):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--memory-probe", framework, name, str(batch)],
+                capture_output=True, text=True, check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"memory probe {framework} {name} {batch} failed:\n{proc.stderr[-3000:]}")
+            rows.setdefault(str(batch), {})[framework] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases: " + ", ".join(CASES))
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--memory-probe", nargs=3, metavar=("FRAMEWORK", "CASE", "BATCH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_probe:
+        framework, name, batch = args.memory_probe
+        if framework == "jax":
+            import jax_impl  # noqa: F401  (XLA:CPU flags before jax's backend starts)
+        print(json.dumps(memory_probe(framework, name, int(batch))))
+        return 0
+    import jax_impl  # noqa: F401
+
+    names = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    results: dict[str, Any] = {"machine": machine_info(), "repeats": args.repeats, "cases": {}}
+    for name in names:
+        res = run_case(name, repeats=args.repeats)
+        if not args.no_memory:
+            res["memory"] = run_memory(name)
+        results["cases"][name] = res
+        print(f"{name:18s} train: torch {res['train']['torch']['median_ms']:8.1f} ms  jax "
+              f"{res['train']['jax']['median_ms']:8.1f} ms  ratio {res['train']['ratio']:.2f} | infer: torch "
+              f"{res['infer']['torch']['median_ms']:7.1f} ms  jax {res['infer']['jax']['median_ms']:7.1f} ms  "
+              f"ratio {res['infer']['ratio']:.2f}", flush=True)
+    write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
