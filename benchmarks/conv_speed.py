@@ -1,4 +1,4 @@
-"""Time conv2d forward and forward+backward: torch vs jax_impl (plain) vs jax_impl._fast_conv.
+"""Time conv2d forward and forward+backward: torch vs XLA's plain conv vs jax_impl.nn.functional.conv2d.
 
     python benchmarks/conv_speed.py [--repeats N] [--json PATH] [--only lenet_c1,...]
                                     [--xla-flags "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution"]
@@ -44,6 +44,8 @@ SHAPES = {
     "r18_64_3x3_64": ((32, 64, 16, 16), (64, 64, 3, 3), 1, 1),
     "r18_64_3x3s2_128_256": ((32, 128, 8, 8), (256, 128, 3, 3), 2, 1),
     "r18_64_1x1s2_64_128": ((32, 64, 16, 16), (128, 64, 1, 1), 2, 0),
+    "r18_64_3x3s2_256_512": ((32, 256, 4, 4), (512, 256, 3, 3), 2, 1),  # last stage: 2x2 output
+    "r18_64_3x3_512": ((32, 512, 2, 2), (512, 512, 3, 3), 1, 1),
     "r18_224_stem": ((8, 3, 224, 224), (64, 3, 7, 7), 2, 3),
     "r18_224_3x3_64": ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
 }
@@ -105,10 +107,15 @@ def main(argv=None):
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from jax_impl.nn import _fast_conv as FC
     from jax_impl.nn import functional as F
 
-    convs = {"plain": F.conv2d, "fast": FC.conv2d}
+    def plain_conv2d(x, w, stride=1, padding=0):
+        """XLA's own convolution, as jax_impl.nn.functional.conv2d was before jax_impl/nn/_fast_conv.py."""
+        s, p = F._ntuple(stride, 2, "stride"), F._ntuple(padding, 2, "padding")
+        return jax.lax.conv_general_dilated(x, w, s, [(v, v) for v in p], dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                            precision=jax.lax.Precision.HIGHEST)
+
+    convs = {"plain": plain_conv2d, "fast": F.conv2d}
     names = [n for n in args.only.split(",") if n] or list(SHAPES)
     rows = {}
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} torch threads={torch.get_num_threads()} repeats={args.repeats}")

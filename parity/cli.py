@@ -87,7 +87,57 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     summary.add_argument("--batch-size", type=int, default=1, help="batch size of the probe input (default 1)")
     summary.set_defaults(handler=_summary)
+
+    bench = commands.add_parser(
+        "bench",
+        help="time torch and JAX on the same work; write benchmarks/results/*.json and docs/benchmarks.md",
+        description="Run the benchmark scripts of benchmarks/ (each in its own process; each times torch and "
+        "JAX in one run) and render docs/benchmarks.md, a table of ratios torch time / JAX time, from their "
+        "JSON results. Needs a source checkout.",
+    )
+    bench.add_argument("names", nargs="*", metavar="NAME",
+                       help="benchmarks to run (default: all): " + ", ".join(_bench_names()))
+    bench.add_argument("--quick", action="store_true", help="fewer repeats and cases (a smoke run, minutes)")
+    bench.add_argument("--results-dir", default=None, metavar="DIR",
+                       help="where the JSON results go (default benchmarks/results/)")
+    bench.add_argument("--markdown", default=None, metavar="PATH",
+                       help="the report to write (default docs/benchmarks.md; '-' prints it)")
+    bench.add_argument("--render-only", action="store_true", help="run nothing; render the report from the JSON results")
+    bench.set_defaults(handler=_bench)
     return parser
+
+
+def _bench_names() -> list[str]:
+    from parity.bench import BENCHMARKS
+
+    return list(BENCHMARKS)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from parity import bench
+
+    results_dir = Path(args.results_dir) if args.results_dir else None
+    names = args.names or list(bench.BENCHMARKS)
+    unknown = [n for n in names if n not in bench.BENCHMARKS]
+    if unknown:
+        raise ConfigError(f"unknown benchmark(s) {unknown}; choose from {list(bench.BENCHMARKS)}")
+    if not args.render_only:
+        try:
+            bench.run_benchmarks(names, quick=args.quick, results_dir=results_dir)
+        except FileNotFoundError as error:
+            raise ConfigError(str(error)) from None
+        except RuntimeError as error:
+            print(f"parity: {error}", file=sys.stderr)
+            return 1
+    text = bench.render_markdown(results_dir)
+    if args.markdown == "-":
+        print(text)
+        return 0
+    out = Path(args.markdown) if args.markdown else bench.ROOT / "docs" / "benchmarks.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:

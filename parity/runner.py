@@ -20,7 +20,9 @@ import datetime
 import json
 import math
 import os
+import functools
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,14 +158,25 @@ def _lr_at(schedule, cfg, step: int, epoch: int) -> float:
 # ----------------------------------------------------------------------------- the loop
 
 
+@functools.cache
+def _jitted_forward():
+    import jax
+    from flax import nnx
+
+    return jax.jit(lambda graphdef, state, x: nnx.merge(graphdef, state)(x), static_argnums=0)
+
+
 def _evaluate(torch_model, jax_model, loaders, np_dtype, t_dtype, only):
     import jax.numpy as jnp
+    from flax import nnx
 
     t_pred, j_pred, labels = [], [], []
     if torch_model is not None:
         torch_model.eval()
     if jax_model is not None:
         jax_model.eval()
+        graphdef, state = nnx.split(jax_model)
+        forward = _jitted_forward()
     t_loader, j_loader = loaders
     for (tx, ty), (jx, _) in zip(t_loader, j_loader, strict=True):
         labels.append(ty.numpy())
@@ -171,7 +184,7 @@ def _evaluate(torch_model, jax_model, loaders, np_dtype, t_dtype, only):
             with torch.no_grad():
                 t_pred.append(torch_model(tx.to(t_dtype)).argmax(1).numpy())
         if only != "torch":
-            j_pred.append(np.asarray(jax_model(jnp.asarray(np.asarray(jx), np_dtype)).argmax(1)))
+            j_pred.append(np.asarray(forward(graphdef, state, jnp.asarray(np.asarray(jx), np_dtype)).argmax(1)))
     y = np.concatenate(labels) if labels else np.zeros(0)
     t = np.concatenate(t_pred) if t_pred else None
     j = np.concatenate(j_pred) if j_pred else None
@@ -345,13 +358,14 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
     folder = _make_folder(cfg, runs_dir) if write else None
     report.run_dir = None if folder is None else str(folder)
 
-    @nnx.jit
-    def jax_step(model, opt_state, x, y):
+    # A pure jax.jit over the split model: nnx.jit re-walks the module graph on every call
+    # (~25 ms per LeNet step here, 10x torch's whole step); the model is merged back per epoch.
+    @partial(jax.jit, static_argnums=0)
+    def jax_step(graphdef, params, rest, opt_state, x, y):
+        model = nnx.merge(graphdef, params, rest)
         loss, grads = nnx.value_and_grad(lambda m: j_loss_fn(m(x), y))(model)
-        params = nnx.state(model, nnx.Param)
         updates, opt_state = tx.update(grads, opt_state, params)
-        nnx.update(model, optax.apply_updates(params, updates))
-        return loss, opt_state
+        return loss, optax.apply_updates(params, updates), nnx.state(model, nnx.Not(nnx.Param)), opt_state
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -364,6 +378,7 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
         for epoch in range(start_epoch, cfg.train.epochs):
             torch_model.train()
             jax_model.train()
+            graphdef, j_params, j_rest = nnx.split(jax_model, nnx.Param, ...)
             t_time = j_time = 0.0
             for (tx_b, ty_b), (jx_b, jy_b) in zip(t_train, j_train, strict=True):
                 if max_steps is not None and step >= max_steps:
@@ -372,7 +387,7 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                 hunting = only is None and report.first_divergent_step is None
                 if hunting:  # both models as they enter this step, to replay it layer by layer if it diverges
                     t_snap = {k: v.detach().clone() for k, v in torch_model.state_dict().items()}
-                    j_snap = nnx.clone(jax_model)
+                    j_snap = (j_params, j_rest)  # immutable arrays: holding them is the snapshot
                 if only != "jax":
                     start = time.perf_counter()
                     t_opt.zero_grad()
@@ -385,8 +400,9 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                     t_time += time.perf_counter() - start
                 if only != "torch":
                     start = time.perf_counter()
-                    j_loss, opt_state = jax_step(jax_model, opt_state, jnp.asarray(np.asarray(jx_b), np_dtype),
-                                                 jnp.asarray(np.asarray(jy_b)))
+                    j_loss, j_params, j_rest, opt_state = jax_step(
+                        graphdef, j_params, j_rest, opt_state, jnp.asarray(np.asarray(jx_b), np_dtype),
+                        jnp.asarray(np.asarray(jy_b)))
                     record["jax_loss"] = float(j_loss)
                     j_time += time.perf_counter() - start
                 report.steps.append(record)
@@ -401,11 +417,12 @@ def _run(config, only, max_steps, runs_dir, write, progress, t_dtype, np_dtype,
                     a, b = record["torch_loss"], record["jax_loss"]
                     if abs(a - b) > tol.atol + tol.rtol * abs(a):
                         report.first_divergent_step = step
-                        report.first_divergent_layer = _replay_step(torch_model, t_snap, j_snap, tx_b, t_dtype,
-                                                                    np_dtype, tol)
+                        report.first_divergent_layer = _replay_step(torch_model, t_snap, nnx.merge(graphdef, *j_snap),
+                                                                    tx_b, t_dtype, np_dtype, tol)
                 step += 1
                 info = " ".join(f"{k.split('_')[0]} {record[k]:.4f}" for k in ("torch_loss", "jax_loss") if k in record)
                 bar.update(task, advance=1, info=f"epoch {epoch + 1}/{cfg.train.epochs}  loss {info}")
+            nnx.update(jax_model, j_params, j_rest)
             if t_sched is not None and cfg.scheduler.interval == "epoch" and only != "jax":
                 t_sched.step()
             rec = EpochRecord(epoch=epoch, steps=step, torch_seconds=t_time, jax_seconds=j_time,

@@ -246,7 +246,8 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     pads = tuple(tuple(p) for p in pads)
     if _use_gemm(x.shape, w.shape, stride, pads, dilation):
         return _gemm_2d(x, w, stride, pads, dilation)
-    if _use_direct(w) and all(p >= 0 for pp in pads for p in pp):
+    if _use_direct(w) and all(p >= 0 for pp in pads for p in pp) and isinstance(x, jax.core.Tracer):
+        # Traced only: run eagerly, the loop would be 75 dispatches (and compiles) instead of one op.
         return _direct_conv(x, w, stride, pads, dilation)
     if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
         return _ynn_free_conv(x, w, stride, pads, dilation)

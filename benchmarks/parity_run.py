@@ -1,0 +1,79 @@
+"""Wall time of a whole ``parity run``: each framework alone, then both side by side.
+
+    python benchmarks/parity_run.py [--config configs/lenet_digits.yaml] [--repeats N] [--json PATH]
+
+Runs ``python -m parity run CONFIG --no-progress`` in a fresh process three
+ways: ``--only torch``, ``--only jax`` and the full comparison, ``--repeats``
+times each. Reported per way: the median wall time of the process (imports,
+data, the training loop, evaluation, report; JAX's compilation included,
+since a user waits for it too), and the training-loop seconds the runner
+measured for each framework (its report.json). The ratio is
+torch's wall time over JAX's (above 1: the JAX run is faster).
+
+This is a benchmark, not a test: nothing under tests/ runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine_info, write_json  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = Path(__file__).parent / "results" / "parity_run.json"
+
+
+def _one_run(config: Path, only: str | None) -> dict[str, Any]:
+    """``parity run`` in a fresh process (what a user waits for): wall seconds and the loop seconds it reported."""
+    with tempfile.TemporaryDirectory() as runs:
+        cmd = [sys.executable, "-m", "parity", "run", str(config), "--no-progress", "--runs-dir", runs]
+        if only:
+            cmd += ["--only", only]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+        wall = time.perf_counter() - start
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        (report,) = Path(runs).glob("*/report.json")
+        data = json.loads(report.read_text())
+    epochs = data["epochs"]
+    return {"wall_s": wall, "torch_loop_s": sum(e["torch_seconds"] for e in epochs),
+            "jax_loop_s": sum(e["jax_seconds"] for e in epochs), "steps": len(data["steps"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "lenet_digits.yaml")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    args = parser.parse_args(argv)
+    config = args.config.resolve()
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config),
+        "repeats": args.repeats,
+        "ways": {},
+    }
+    for way in ("torch", "jax", "both"):
+        runs = [_one_run(config, None if way == "both" else way) for _ in range(args.repeats)]
+        results["ways"][way] = {"runs": runs, "median_wall_s": statistics.median(r["wall_s"] for r in runs)}
+        results["steps"] = runs[0]["steps"]
+        print(f"{way:6s} median wall {results['ways'][way]['median_wall_s']:7.2f} s", flush=True)
+    ways = results["ways"]
+    results["ratio"] = ways["torch"]["median_wall_s"] / ways["jax"]["median_wall_s"]
+    write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

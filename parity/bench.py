@@ -1,0 +1,222 @@
+"""``parity bench``: run the benchmark scripts of ``benchmarks/`` and write ``docs/benchmarks.md``.
+
+Every benchmark times torch and JAX on the same work in one run (warm-up,
+several repeats, medians) and writes its own JSON under
+``benchmarks/results/``; this module runs them, each in its own process
+(XLA and torch thread pools, flags and memory start fresh), and renders one
+Markdown report of ratios from those JSON files, headed by the machine they
+were measured on. A ratio is torch's time over ours: above 1 means the JAX
+side is faster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BENCHMARKS", "Benchmark", "benchmarks_dir", "render_markdown", "run_benchmarks"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """One script of ``benchmarks/``, its JSON name and the arguments for a quick run."""
+
+    name: str
+    script: str
+    quick_args: tuple[str, ...]
+    about: str
+
+
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
+    Benchmark("train_step", "train_step.py", ("--repeats", "3", "--only", "lenet_b256,resnet18_b32_64", "--no-memory"),
+              "train step and inference: LeNet, ResNet-18 (64x64 and 224x224); peak memory"),
+    Benchmark("conv_speed", "conv_speed.py", ("--repeats", "3", "--only", "lenet_c1,r18_64_3x3_64", "--no-step"),
+              "conv2d forward and forward+backward for LeNet and ResNet-18 layer shapes"),
+    Benchmark("optim_update", "optim_update.py", ("--repeats", "5", "--only", "sgd,adam"),
+              "one optimizer update of an 11.7M-parameter tree vs optax and torch"),
+    Benchmark("dataloader_throughput", "dataloader_throughput.py", ("--repeats", "1"),
+              "DataLoader throughput, in-memory and per-sample data sets"),
+    Benchmark("parity_run", "parity_run.py", ("--repeats", "1"),
+              "wall time of `parity run configs/lenet_digits.yaml`, each side alone and both"),
+)}
+
+
+def benchmarks_dir() -> Path:
+    """The repository's ``benchmarks/`` folder (``parity bench`` runs from a source checkout)."""
+    folder = ROOT / "benchmarks"
+    if not (folder / "_common.py").is_file():
+        raise FileNotFoundError(
+            f"{folder} not found: `parity bench` runs the scripts of a source checkout's benchmarks/ folder "
+            "(git clone the repository and pip install -e it)")
+    return folder
+
+
+def run_benchmarks(names: Sequence[str], *, quick: bool = False, results_dir: Path | None = None,
+                   extra: Sequence[str] = ()) -> dict[str, Path]:
+    """Run each named benchmark in its own process; returns the JSON file each wrote.
+
+    Raises:
+      KeyError: an unknown benchmark name.
+      RuntimeError: a benchmark script failed (its stderr is in the message).
+    """
+    folder = benchmarks_dir()
+    results_dir = Path(results_dir) if results_dir is not None else folder / "results"
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise KeyError(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    written = {}
+    for name in names:
+        bench = BENCHMARKS[name]
+        out = results_dir / f"{name}.json"
+        cmd = [sys.executable, str(folder / bench.script), "--json", str(out), *(bench.quick_args if quick else ()),
+               *extra]
+        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"benchmark {name} failed with exit code {proc.returncode}")
+        print(f"   {name} took {time.perf_counter() - start:.0f} s", flush=True)
+        written[name] = out
+    return written
+
+
+# ----------------------------------------------------------------------------- report
+
+def _load(results_dir: Path, name: str) -> dict[str, Any] | None:
+    path = results_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _ms(t: dict[str, Any]) -> str:
+    return f"{t['median_ms']:.1f}"
+
+
+def _machine(data: dict[str, Any]) -> dict[str, Any]:
+    machine = dict(data.get("machine") or {})
+    for key in ("python", "torch", "platform"):  # older scripts keep these at the top level
+        if key in data and key not in machine:
+            machine[key] = data[key]
+    if "cpus" in data:
+        machine.setdefault("logical_cores", data["cpus"])
+    return machine
+
+
+def _section_train_step(data: dict[str, Any]) -> list[str]:
+    lines = ["## Train step and inference", "",
+             "Float32, random data, CrossEntropyLoss, SGD(lr=0.01, momentum=0.9). torch: eager; JAX: one "
+             "`jax.jit` of the split model with the state donated. Bars (issue #10): train ratio >= 1.0 for "
+             "LeNet and >= 0.8 (time <= 1.25x torch's) for ResNet-18; inference >= 1.0.", "",
+             "| case | train torch ms | train JAX ms | train ratio | infer torch ms | infer JAX ms | infer ratio |",
+             "|---|---|---|---|---|---|---|"]
+    for name, res in data["cases"].items():
+        lines.append(f"| {name} | {_ms(res['train']['torch'])} | {_ms(res['train']['jax'])} | "
+                     f"{res['train']['ratio']:.2f} | {_ms(res['infer']['torch'])} | {_ms(res['infer']['jax'])} | "
+                     f"{res['infer']['ratio']:.2f} |")
+    memory = {name: res["memory"] for name, res in data["cases"].items() if "memory" in res}
+    if memory:
+        lines += ["", "Peak memory of a train step: growth of the process's peak RSS over three steps in a fresh "
+                  "process per framework (JAX's includes compiling the step), and XLA's own scratch estimate "
+                  "for the compiled step, in MiB.", "",
+                  "| case | batch | torch RSS growth | JAX RSS growth | XLA temp |", "|---|---|---|---|---|"]
+        for name, rows in memory.items():
+            for batch, row in rows.items():
+                temp = row["jax"].get("xla_temp_bytes")
+                lines.append(f"| {name} | {batch} | {row['torch']['peak_rss_growth_bytes'] / 2**20:.0f} | "
+                             f"{row['jax']['peak_rss_growth_bytes'] / 2**20:.0f} | "
+                             f"{'n/a' if temp is None else f'{temp / 2**20:.0f}'} |")
+    return lines
+
+
+def _section_conv(data: dict[str, Any]) -> list[str]:
+    lines = ["## conv2d", "",
+             "Forward (`fwd`) and forward plus both gradients (`fb`) of one conv. `plain`: XLA's own "
+             "convolution; `ours`: `jax_impl.nn.functional.conv2d` (`jax_impl/nn/_fast_conv.py`).", "",
+             "| shape | fwd torch ms | fwd plain ms | fwd ours ms | fwd ratio | fb torch ms | fb plain ms | "
+             "fb ours ms | fb ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, res in data["convs"].items():
+        cells = []
+        for mode in ("fwd", "fb"):
+            r = res[mode]
+            cells += [_ms(r["torch"]), _ms(r["plain"]), _ms(r["fast"]), f"{r['torch_over_fast']:.2f}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _section_optim(data: dict[str, Any]) -> list[str]:
+    lines = ["## Optimizer update, 11.7M parameters", "",
+             "One jitted, donated update of ResNet-18's parameter tree. Bar (issue #3): ours <= 1.1x the "
+             "nearest optax built-in. `table`/`mkl` are the torch-sqrt parity modes, `ieee` plain sqrt.", "",
+             "| optimizer | optax ms | ours (ieee) ms | ours/optax (ieee) | ours (mkl) / optax | torch ms | "
+             "torch / ours (ieee) |", "|---|---|---|---|---|---|---|"]
+    for name, res in data["results"].items():
+        t, r = res["times"], res["ratios"]
+        lines.append(f"| {name} | {_ms(t['optax'])} | {_ms(t['step[ieee]'])} | {r['step_ieee/optax']:.2f} | "
+                     f"{r['step_mkl/optax']:.2f} | {_ms(t['torch'])} | "
+                     f"{t['torch']['median_ms'] / t['step[ieee]']['median_ms']:.1f} |")
+    return lines
+
+
+def _section_loader(data: dict[str, Any]) -> list[str]:
+    lines = ["## DataLoader throughput", "",
+             f"{data.get('dataset', '')}, batch {data.get('batch_size')}, shuffled; batches per second, "
+             "`iter()` included in each epoch.", "",
+             "| data set | workers | persistent | ours batches/s | torch batches/s | ratio |", "|---|---|---|---|---|---|"]
+    for row in data["results"]:
+        lines.append(f"| {row['case']} | {row['num_workers']} | {row['persistent_workers']} | "
+                     f"{row['ours_batches_per_s']:.0f} | {row['torch_batches_per_s']:.0f} | "
+                     f"{row['ratio_ours_over_torch']:.2f} |")
+    return lines
+
+
+def _section_parity_run(data: dict[str, Any]) -> list[str]:
+    lines = ["## `parity run` wall time", "",
+             f"`parity run {data['config']}` ({data['steps']} steps) in a fresh process, median of "
+             f"{data['repeats']}; the loop columns are the training-loop seconds the runner reports (JAX's "
+             "include compiling the step).", "",
+             "| way | wall s | torch loop s | JAX loop s |", "|---|---|---|---|"]
+    for way, res in data["ways"].items():
+        run = min(res["runs"], key=lambda r: abs(r["wall_s"] - res["median_wall_s"]))
+        lines.append(f"| {way} | {res['median_wall_s']:.1f} | {run['torch_loop_s']:.2f} | {run['jax_loop_s']:.2f} |")
+    lines += ["", f"Ratio torch-only wall / JAX-only wall: {data['ratio']:.2f}."]
+    return lines
+
+
+_SECTIONS = {
+    "train_step": _section_train_step,
+    "conv_speed": _section_conv,
+    "optim_update": _section_optim,
+    "dataloader_throughput": _section_loader,
+    "parity_run": _section_parity_run,
+}
+
+
+def render_markdown(results_dir: Path | None = None) -> str:
+    """``docs/benchmarks.md`` from the JSON files in ``results_dir`` (missing benchmarks are listed as such)."""
+    results_dir = Path(results_dir) if results_dir is not None else ROOT / "benchmarks" / "results"
+    loaded = {name: _load(results_dir, name) for name in BENCHMARKS}
+    lines = ["# Benchmarks", "",
+             "Generated by `parity bench` from `benchmarks/results/*.json`; do not edit by hand. Every ratio is "
+             "torch's median time over ours, measured in the same run: above 1, the JAX side is faster.", ""]
+    machines = {name: _machine(data) for name, data in loaded.items() if data}
+    if machines:
+        first = next(iter(machines.values()))
+        lines += ["Machine: " + ", ".join(f"{k} {first[k]}" for k in (
+            "cpu", "logical_cores", "python", "jax", "jaxlib", "torch", "torch_threads", "platform") if k in first), ""]
+    for name, data in loaded.items():
+        if data is None:
+            lines += [f"## {name}", "", f"Not measured (no `{name}.json`): {BENCHMARKS[name].about}.", ""]
+            continue
+        lines += _SECTIONS[name](data)
+        date = data.get("date") or _machine(data).get("date")
+        if date:
+            lines += ["", f"Measured {date}."]
+        lines.append("")
+    return "\n".join(lines)
