@@ -109,11 +109,12 @@ def main(argv=None):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from jax_impl.nn import functional as F
 
-    def plain_conv2d(x, w, stride=1, padding=0):
+    def plain_conv2d(x, w, bias=None, stride=1, padding=0):
         """XLA's own convolution, as jax_impl.nn.functional.conv2d was before jax_impl/nn/_fast_conv.py."""
         s, p = F._ntuple(stride, 2, "stride"), F._ntuple(padding, 2, "padding")
-        return jax.lax.conv_general_dilated(x, w, s, [(v, v) for v in p], dimension_numbers=("NCHW", "OIHW", "NCHW"),
-                                            precision=jax.lax.Precision.HIGHEST)
+        y = jax.lax.conv_general_dilated(x, w, s, [(v, v) for v in p], dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                         precision=jax.lax.Precision.HIGHEST)
+        return y if bias is None else y + bias[None, :, None, None]
 
     convs = {"plain": plain_conv2d, "fast": F.conv2d}
     names = [n for n in args.only.split(",") if n] or list(SHAPES)

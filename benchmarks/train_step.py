@@ -1,6 +1,7 @@
 """Time a train step and a forward pass: torch eager vs jax_impl under jax.jit.
 
     python benchmarks/train_step.py [--repeats N] [--json PATH] [--only lenet_b256,...] [--no-memory]
+                                    [--device cpu|cuda] [--tf32]
 
 Cases (float32, random data, CrossEntropyLoss, SGD lr=0.01 momentum=0.9):
 
@@ -32,6 +33,18 @@ for JAX also XLA's own account of the compiled step
 (``memory_analysis().temp_size_in_bytes``: scratch space, beyond the
 arguments).
 
+On a GPU (``--device cuda``; install ``jax[cuda12]`` and a CUDA build of
+torch): torch's model and batch live on the GPU and each timed call ends
+with ``torch.cuda.synchronize()``; JAX uses its default (GPU) device. TF32
+is off unless ``--tf32`` (torch: ``torch.backends.cuda.matmul.allow_tf32``
+and ``torch.backends.cudnn.allow_tf32``, both set explicitly since cuDNN's
+default is on; JAX: ``jax_default_matmul_precision``). Parity runs need it
+off; report both. jax_impl's conv and linear layers ask for
+``Precision.HIGHEST`` themselves, so on the JAX side ``--tf32`` reaches only
+ops that leave the precision to the default. Memory on a GPU is each
+framework's own peak (``torch.cuda.max_memory_allocated``, the JAX device's
+``memory_stats()['peak_bytes_in_use']``) instead of RSS.
+
 This is a benchmark, not a test: nothing under tests/ runs it.
 """
 
@@ -57,6 +70,26 @@ CASES: dict[str, dict[str, Any]] = {
     "resnet18_b4_224": dict(model="resnet18", batch=4, image=224, classes=1000, memory_batches=(2, 4, 8)),
 }
 LR, MOMENTUM = 0.01, 0.9
+DEVICE = {"name": "cpu"}  # set by --device
+
+
+def _sync() -> None:
+    if DEVICE["name"] == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _set_tf32(on: bool, frameworks: tuple[str, ...] = ("jax", "torch")) -> None:
+    if "jax" in frameworks:
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if on else "highest")
+    if "torch" in frameworks:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
 
 
 def _torch_model(case: dict[str, Any]):
@@ -95,21 +128,24 @@ def torch_calls(case: dict[str, Any], x, y):
     """``train`` and ``infer`` closures for torch, and the model (to copy its weights to JAX)."""
     import torch
 
-    model = _torch_model(case)
+    device = torch.device(DEVICE["name"])
+    model = _torch_model(case).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = torch.nn.CrossEntropyLoss()
-    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
     def train() -> None:
         model.train()
         opt.zero_grad()
         loss_fn(model(tx), ty).backward()
         opt.step()
+        _sync()
 
     def infer() -> None:
         model.eval()
         with torch.no_grad():
             model(tx)
+        _sync()
 
     return {"train": train, "infer": infer}, model
 
@@ -148,7 +184,7 @@ def jax_calls(case: dict[str, Any], x, y, torch_model):
     from parity.convert import load_torch_state_dict
 
     model = _jax_model(case)
-    load_torch_state_dict(model, torch_model.state_dict())
+    load_torch_state_dict(model, {k: v.cpu() for k, v in torch_model.state_dict().items()})
     jx, jy = jnp.asarray(x), jnp.asarray(y)
     model.eval()
     graphdef, variables = nnx.split(model)
@@ -215,6 +251,14 @@ def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
         train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out["peak_rss_growth_bytes"] = max(0, peak - before)
+    if DEVICE["name"] == "cuda":
+        if framework == "torch":
+            import torch
+
+            out["device_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        else:
+            stats = jax.devices()[0].memory_stats() or {}
+            out["device_peak_bytes"] = int(stats.get("peak_bytes_in_use", -1))
     return out
 
 
@@ -223,7 +267,8 @@ def run_memory(name: str) -> dict[str, Any]:
     for batch in CASES[name]["memory_batches"]:
         for framework in ("torch", "jax"):
             proc = subprocess.run(
-                [sys.executable, __file__, "--memory-probe", framework, name, str(batch)],
+                [sys.executable, __file__, "--memory-probe", framework, name, str(batch), "--device", DEVICE["name"],
+                 *(["--tf32"] if DEVICE.get("tf32") else [])],
                 capture_output=True, text=True, check=False,
             )
             if proc.returncode != 0:
@@ -238,21 +283,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases: " + ", ".join(CASES))
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where torch runs (JAX: its default device)")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 on a GPU (speed runs; parity runs leave it off)")
     parser.add_argument("--memory-probe", nargs=3, metavar=("FRAMEWORK", "CASE", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    DEVICE.update(name=args.device, tf32=args.tf32)
     if args.memory_probe:
         framework, name, batch = args.memory_probe
         if framework == "jax":
             import jax_impl  # noqa: F401  (XLA:CPU flags before jax's backend starts)
+        _set_tf32(args.tf32, (framework,))
         print(json.dumps(memory_probe(framework, name, int(batch))))
         return 0
     import jax_impl  # noqa: F401
+
+    _set_tf32(args.tf32)
 
     names = [n for n in args.only.split(",") if n]
     unknown = sorted(set(names) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    results: dict[str, Any] = {"machine": machine_info(), "repeats": args.repeats, "cases": {}}
+    results: dict[str, Any] = {"machine": machine_info(), "repeats": args.repeats, "device": args.device,
+                               "tf32": args.tf32, "cases": {}}
     for name in names:
         res = run_case(name, repeats=args.repeats)
         if not args.no_memory:

@@ -1,0 +1,90 @@
+"""``parity bench``: the report renders every benchmark's JSON; bad input is an error, not a silent skip.
+
+The benchmarks themselves are not run here (timings are never tests); the
+report is rendered from small JSON files shaped like each script's output.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parity import bench
+from parity.cli import main
+
+_T = {"median_ms": 2.0, "min_ms": 1.5}
+_MACHINE = {"cpu": "Test CPU", "logical_cores": 2, "jax": "0.0", "torch": "0.0"}
+
+FAKE = {
+    "train_step": {"machine": _MACHINE, "cases": {"lenet_b256": {
+        "train": {"torch": _T, "jax": {"median_ms": 4.0}, "ratio": 0.5},
+        "infer": {"torch": _T, "jax": _T, "ratio": 1.0},
+        "memory": {"64": {"torch": {"peak_rss_growth_bytes": 3 << 20},
+                          "jax": {"peak_rss_growth_bytes": 5 << 20, "xla_temp_bytes": 1 << 20}}}}}},
+    "conv_speed": {"machine": _MACHINE, "date": "2026-01-01", "convs": {"lenet_c1": {
+        m: {"torch": _T, "plain": _T, "fast": _T, "torch_over_plain": 1.0, "torch_over_fast": 1.0}
+        for m in ("fwd", "fb")}}},
+    "optim_update": {"machine": _MACHINE, "results": {"sgd": {
+        "times": {k: _T for k in ("step[mkl]", "step[ieee]", "update", "optax", "torch")},
+        "ratios": {"step_ieee/optax": 1.0, "step_mkl/optax": 1.0}}}},
+    "dataloader_throughput": {"cpus": 2, "dataset": "toy", "batch_size": 4, "results": [
+        {"case": "in_memory", "num_workers": 0, "persistent_workers": False, "ours_batches_per_s": 10.0,
+         "torch_batches_per_s": 5.0, "ratio_ours_over_torch": 2.0}]},
+    "parity_run": {"machine": _MACHINE, "config": "configs/x.yaml", "repeats": 1, "steps": 3, "ratio": 0.5, "ways": {
+        w: {"median_wall_s": 1.0, "runs": [{"wall_s": 1.0, "torch_loop_s": 0.1, "jax_loop_s": 0.2, "steps": 3}]}
+        for w in ("torch", "jax", "both")}},
+}
+
+
+def _write(folder, names):
+    for name in names:
+        (folder / f"{name}.json").write_text(json.dumps(FAKE[name]))
+
+
+def test_fake_results_cover_every_benchmark():
+    assert set(FAKE) == set(bench.BENCHMARKS)
+
+
+def test_render_every_section(tmp_path):
+    _write(tmp_path, FAKE)
+    text = bench.render_markdown(tmp_path)
+    assert "Machine: cpu Test CPU, logical_cores 2" in text
+    assert "| lenet_b256 | 2.0 | 4.0 | 0.50 | 2.0 | 2.0 | 1.00 |" in text
+    assert "| lenet_b256 | 64 | 3 | 5 | 1 |" in text  # memory in MiB
+    assert "| lenet_c1 | 2.0 | 2.0 | 2.0 | 1.00 | 2.0 | 2.0 | 2.0 | 1.00 |" in text
+    assert "| sgd | 2.0 | 2.0 | 1.00 | 1.00 | 2.0 | 1.0 |" in text
+    assert "| in_memory | 0 | False | 10 | 5 | 2.00 |" in text
+    assert "Ratio torch-only wall / JAX-only wall: 0.50." in text
+    assert "Not measured" not in text
+
+
+def test_missing_results_are_named(tmp_path):
+    _write(tmp_path, ["conv_speed"])
+    text = bench.render_markdown(tmp_path)
+    for name in set(bench.BENCHMARKS) - {"conv_speed"}:
+        assert f"Not measured (no `{name}.json`)" in text
+
+
+def test_cli_render_only(tmp_path, capsys):
+    _write(tmp_path, FAKE)
+    out = tmp_path / "bench.md"
+    assert main(["bench", "--render-only", "--results-dir", str(tmp_path), "--markdown", str(out)]) == 0
+    assert out.read_text() == bench.render_markdown(tmp_path)
+
+
+def test_cli_unknown_benchmark(capsys):
+    assert main(["bench", "nope", "--render-only"]) == 2
+    assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err
+
+
+def test_run_benchmarks_rejects_unknown():
+    with pytest.raises(KeyError, match="unknown benchmark"):
+        bench.run_benchmarks(["nope"])
+
+
+def test_scripts_exist_and_document_themselves():
+    folder = bench.benchmarks_dir()
+    for b in bench.BENCHMARKS.values():
+        text = (folder / b.script).read_text()
+        assert text.startswith('"""') and "--json" in text, b.script
