@@ -27,9 +27,11 @@ ratio torch time / JAX time (above 1: JAX is faster).
 
 Peak memory (unless ``--no-memory``): each framework runs the train step in
 a fresh subprocess that imports only that framework, for a few batch sizes;
-reported is the growth of the process's peak RSS from just before the first
-step to after three steps (for JAX this includes compiling the step), and
-for JAX also XLA's own account of the compiled step
+reported are the growth of the process's peak RSS from just before the first
+step to after three steps (for JAX this includes compiling the step), the
+steady-state growth of one more step after the kernel's high-water mark is
+reset (``/proc/self/clear_refs``), and for JAX also XLA's own account of the
+compiled step
 (``memory_analysis().temp_size_in_bytes``: scratch space, beyond the
 arguments).
 
@@ -223,6 +225,13 @@ def _rss_bytes() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize()
 
 
+def _status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"{field} not in /proc/self/status")
+
+
 def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
     """Run in a subprocess: peak-RSS growth over three train steps of one framework."""
     case = CASES[name]
@@ -251,6 +260,14 @@ def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
         train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out["peak_rss_growth_bytes"] = max(0, peak - before)
+    # Steady state: reset the kernel's high-water mark (clear_refs 5), then one more step.
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = _rss_bytes()
+        train()
+        out["steady_peak_growth_bytes"] = max(0, _status_bytes("VmHWM") - before)
+    except OSError:
+        pass
     if DEVICE["name"] == "cuda":
         if framework == "torch":
             import torch

@@ -122,16 +122,22 @@ def _section_train_step(data: dict[str, Any]) -> list[str]:
                      f"{res['infer']['ratio']:.2f} |")
     memory = {name: res["memory"] for name, res in data["cases"].items() if "memory" in res}
     if memory:
-        lines += ["", "Peak memory of a train step: growth of the process's peak RSS over three steps in a fresh "
-                  "process per framework (JAX's includes compiling the step), and XLA's own scratch estimate "
-                  "for the compiled step, in MiB.", "",
-                  "| case | batch | torch RSS growth | JAX RSS growth | XLA temp |", "|---|---|---|---|---|"]
+        lines += ["", "Peak memory of a train step, in MiB, each framework in a fresh process: the growth of the "
+                  "peak RSS over the first three steps (JAX's includes compiling the step), the steady-state "
+                  "growth of one more step after the kernel's high-water mark is reset, and XLA's own scratch "
+                  "estimate for the compiled step.", "",
+                  "| case | batch | torch first steps | JAX first steps | torch steady | JAX steady | XLA temp |",
+                  "|---|---|---|---|---|---|---|"]
+
+        def mib(row: dict[str, Any], key: str) -> str:
+            return "n/a" if row.get(key) is None else f"{row[key] / 2**20:.0f}"
+
         for name, rows in memory.items():
             for batch, row in rows.items():
-                temp = row["jax"].get("xla_temp_bytes")
-                lines.append(f"| {name} | {batch} | {row['torch']['peak_rss_growth_bytes'] / 2**20:.0f} | "
-                             f"{row['jax']['peak_rss_growth_bytes'] / 2**20:.0f} | "
-                             f"{'n/a' if temp is None else f'{temp / 2**20:.0f}'} |")
+                t, j = row["torch"], row["jax"]
+                lines.append(f"| {name} | {batch} | {mib(t, 'peak_rss_growth_bytes')} | "
+                             f"{mib(j, 'peak_rss_growth_bytes')} | {mib(t, 'steady_peak_growth_bytes')} | "
+                             f"{mib(j, 'steady_peak_growth_bytes')} | {mib(j, 'xla_temp_bytes')} |")
     return lines
 
 
