@@ -28,10 +28,10 @@ ratio torch time / JAX time (above 1: JAX is faster).
 Peak memory (unless ``--no-memory``): each framework runs the train step in
 a fresh subprocess that imports only that framework, for a few batch sizes;
 reported are the growth of the process's peak RSS from just before the first
-step to after three steps (for JAX this includes compiling the step), the
-steady-state growth of one more step after the kernel's high-water mark is
-reset (``/proc/self/clear_refs``), and for JAX also XLA's own account of the
-compiled step
+step to after three steps (for JAX this includes compiling the step; for
+torch its first-call allocations), the bytes torch's autograd saves for the
+backward pass in one step (``saved_tensors_hooks``: the activations a batch
+size drives), and for JAX XLA's own account of the compiled step
 (``memory_analysis().temp_size_in_bytes``: scratch space, beyond the
 arguments).
 
@@ -225,11 +225,25 @@ def _rss_bytes() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize()
 
 
-def _status_bytes(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise OSError(f"{field} not in /proc/self/status")
+def _torch_saved_bytes(fns) -> int:
+    """Bytes of the distinct tensors autograd saves for the backward pass during one train step.
+
+    The memory a batch size drives in torch (activations kept until backward), counted
+    through ``torch.autograd.graph.saved_tensors_hooks``; parameters are counted too when
+    an op saves them (a Linear saves its weight), each storage once.
+    """
+    import torch
+
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fns["train"]()
+    return sum(storages.values())
 
 
 def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
@@ -260,14 +274,8 @@ def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
         train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out["peak_rss_growth_bytes"] = max(0, peak - before)
-    # Steady state: reset the kernel's high-water mark (clear_refs 5), then one more step.
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        before = _rss_bytes()
-        train()
-        out["steady_peak_growth_bytes"] = max(0, _status_bytes("VmHWM") - before)
-    except OSError:
-        pass
+    if framework == "torch":
+        out["torch_saved_bytes"] = _torch_saved_bytes(fns)
     if DEVICE["name"] == "cuda":
         if framework == "torch":
             import torch

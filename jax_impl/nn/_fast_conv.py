@@ -134,11 +134,20 @@ def _weight_grad_2d(x, g, kernel, stride, pads, dilation):
 # LeNet conv2 (6*5*5 taps x 16) is already faster in Eigen (4 vs 11 ms).
 _DIRECT_MAX_TAPS = 128
 _DIRECT_MAX_MACS = 1024  # taps * C_out per output pixel
+# ... and only for convs big enough for the loop to pay (LeNet conv1 at batch 256: 9e7 multiply-adds).
+# Below this XLA's conv costs about the same, and keeping XLA's own op keeps its summation order
+# (measured: the fused loop on the 8x8 digits' first conv moved lenet_digits_adamw_warmup_cosine,
+# a config at its float32 precision floor, from 8.3e-5 to 1.0e-4 after 270 steps).
+_DIRECT_MIN_WORK = 1 << 24
 
 
-def _use_direct(w):
+def _use_direct(w, x_shape=None, out_size=None):
     taps = w.shape[1] * w.shape[2] * w.shape[3]
-    return jax.default_backend() == "cpu" and taps <= _DIRECT_MAX_TAPS and taps * w.shape[0] <= _DIRECT_MAX_MACS
+    if jax.default_backend() != "cpu" or taps > _DIRECT_MAX_TAPS or taps * w.shape[0] > _DIRECT_MAX_MACS:
+        return False
+    if x_shape is None:
+        return True
+    return x_shape[0] * out_size[0] * out_size[1] * taps * w.shape[0] >= _DIRECT_MIN_WORK
 
 
 def _direct_2d(x, w, stride, pads, dilation):
@@ -246,7 +255,8 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     pads = tuple(tuple(p) for p in pads)
     if _use_gemm(x.shape, w.shape, stride, pads, dilation):
         return _gemm_2d(x, w, stride, pads, dilation)
-    if _use_direct(w) and all(p >= 0 for pp in pads for p in pp) and isinstance(x, jax.core.Tracer):
+    if (_use_direct(w, x.shape, _out_size(x.shape, w.shape, stride, pads, dilation))
+            and all(p >= 0 for pp in pads for p in pp) and isinstance(x, jax.core.Tracer)):
         # Traced only: run eagerly, the loop would be 75 dispatches (and compiles) instead of one op.
         return _direct_conv(x, w, stride, pads, dilation)
     if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:

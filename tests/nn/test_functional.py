@@ -259,7 +259,7 @@ def test_max_pool_padding_checks_match_torch():
         assert str(our_error.value) == str(torch_error.value)
 
 
-@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("nd", [1, 2, pytest.param(3, marks=pytest.mark.slow)])  # 15 s, 21 s, 35 s
 def test_max_pool_return_indices_match_torch(nd):
     """Values and indices bit-identical to torch, with ties, NaN and -inf windows.
 

@@ -40,8 +40,10 @@ def test_n_devices_equal_one_device_full_batch(n: int) -> None:
 
 
 @pytest.mark.parametrize(("mode", "dtype", "world_size"), [
-    ("pmap", "float32", 2), ("sharded", "float32", 2), ("multiprocess", "float32", 2),
-    ("pmap", "float64", 2), ("pmap", "float32", 4),
+    ("pmap", "float32", 2), ("sharded", "float32", 2),
+    pytest.param("multiprocess", "float32", 2, marks=pytest.mark.slow),  # ~30 s: 4 processes
+    pytest.param("pmap", "float64", 2, marks=pytest.mark.slow),  # ~29 s
+    pytest.param("pmap", "float32", 4, marks=pytest.mark.slow),  # ~40 s: 4 torch ranks
 ])
 def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None:
     x, y = _data(70, (1, 8, 8))  # 70 = 2 x 35: the last local batch of 8 has 3 samples (4 ranks: pads to 72)
@@ -54,6 +56,7 @@ def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None
     np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5 if dtype == "float32" else 1e-12)
 
 
+@pytest.mark.slow  # ~73 s: ResNet-18 compiled under pmap, plus torch
 def test_sync_batchnorm_matches_global_batch_norm() -> None:
     """JAX SyncBatchNorm over 2 replicas vs torch's BatchNorm on the concatenated global batch (torch's own
     SyncBatchNorm refuses CPU tensors; with equal local batches the arithmetic is the same). ResNet-18,

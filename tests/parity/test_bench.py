@@ -20,9 +20,8 @@ FAKE = {
     "train_step": {"machine": _MACHINE, "cases": {"lenet_b256": {
         "train": {"torch": _T, "jax": {"median_ms": 4.0}, "ratio": 0.5},
         "infer": {"torch": _T, "jax": _T, "ratio": 1.0},
-        "memory": {"64": {"torch": {"peak_rss_growth_bytes": 3 << 20},
-                          "jax": {"peak_rss_growth_bytes": 5 << 20, "steady_peak_growth_bytes": 2 << 20,
-                                  "xla_temp_bytes": 1 << 20}}}}}},
+        "memory": {"64": {"torch": {"peak_rss_growth_bytes": 3 << 20, "torch_saved_bytes": 2 << 20},
+                          "jax": {"peak_rss_growth_bytes": 5 << 20, "xla_temp_bytes": 1 << 20}}}}}},
     "conv_speed": {"machine": _MACHINE, "date": "2026-01-01", "convs": {"lenet_c1": {
         m: {"torch": _T, "plain": _T, "fast": _T, "torch_over_plain": 1.0, "torch_over_fast": 1.0}
         for m in ("fwd", "fb")}}},
@@ -52,7 +51,7 @@ def test_render_every_section(tmp_path):
     text = bench.render_markdown(tmp_path)
     assert "Machine: cpu Test CPU, logical_cores 2" in text
     assert "| lenet_b256 | 2.0 | 4.0 | 0.50 | 2.0 | 2.0 | 1.00 |" in text
-    assert "| lenet_b256 | 64 | 3 | 5 | n/a | 2 | 1 |" in text  # memory in MiB
+    assert "| lenet_b256 | 64 | 3 | 5 | 2 | 1 |" in text  # memory in MiB
     assert "| lenet_c1 | 2.0 | 2.0 | 2.0 | 1.00 | 2.0 | 2.0 | 2.0 | 1.00 |" in text
     assert "| sgd | 2.0 | 2.0 | 1.00 | 1.00 | 2.0 | 1.0 |" in text
     assert "| in_memory | 0 | False | 10 | 5 | 2.00 |" in text

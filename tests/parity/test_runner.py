@@ -46,6 +46,7 @@ def test_only_one_side(tmp_path):
     assert report.epochs[-1].jax_accuracy == report.epochs[-1].jax_accuracy  # measured, not NaN
 
 
+@pytest.mark.slow  # 25-70 s each: float64 ResNet-18 compiles
 @pytest.mark.parametrize("config", ["configs/resnet18_synthetic_adamw.yaml", "configs/resnet18_synthetic_sgd.yaml"])
 def test_resnet_synthetic_configs_agree_in_float64(tmp_path, config):
     """ResNet-18, BatchNorm in train mode, one-cycle schedules per step, label smoothing; the configs run in
@@ -112,14 +113,22 @@ def test_impossible_settings_exit_2_and_write_nothing(tmp_path, capsys):
     assert not any(runs.iterdir())
 
 
-@pytest.mark.parametrize("resume_from", [None, "torch", "jax"])
-def test_resume_continues_the_trajectory(tmp_path, resume_from):
-    """3 epochs straight vs 1 epoch + resume: each side from its own checkpoint continues bit for bit;
-    from the other framework's state, within the run's tolerance (measured: losses within 2.2e-6)."""
-    straight = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2"]), runs_dir=tmp_path,
-                              progress=False)
-    first = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=1"]), runs_dir=tmp_path,
+@pytest.fixture(scope="module")
+def straight_and_first(tmp_path_factory):
+    """2 epochs straight, and 1 epoch with its checkpoint: shared by the three resume tests."""
+    runs = tmp_path_factory.mktemp("resume")
+    straight = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2"]), runs_dir=runs,
+                              progress=False, write=False)
+    first = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=1"]), runs_dir=runs,
                            progress=False)
+    return straight, first
+
+
+@pytest.mark.parametrize("resume_from", [None, "torch", "jax"])
+def test_resume_continues_the_trajectory(tmp_path, resume_from, straight_and_first):
+    """2 epochs straight vs 1 epoch + resume: each side from its own checkpoint continues bit for bit;
+    from the other framework's state, within the run's tolerance (measured: losses within 2.2e-6)."""
+    straight, first = straight_and_first
     resumed = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2"]), runs_dir=tmp_path,
                              progress=False, resume=f"{first.run_dir}/checkpoint.pt", resume_from=resume_from)
     want = [s for s in straight.steps if s["step"] >= 90]
@@ -138,6 +147,7 @@ def test_missing_checkpoint_exits_2(tmp_path, capsys):
     assert "cannot read checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # ~28 s
 def test_param_groups_float64_and_cross_framework_resume(tmp_path):
     """Three param groups (own lr / weight decay, each lr stepped by StepLR): float64 agrees to 1e-10
     (measured 1.9e-15 over 3 epochs); a JAX checkpoint resumes in both frameworks."""
@@ -168,7 +178,7 @@ def test_bad_param_groups_exit_2(tmp_path, capsys, groups, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("mode", ["pmap", "sharded"])
+@pytest.mark.parametrize("mode", ["pmap", pytest.param("sharded", marks=pytest.mark.slow)])  # ~25 s each
 def test_parallel_config_runs_torch_ddp_against_jax(tmp_path, mode):
     """configs/lenet_digits_ddp.yaml: torch DDP (2 gloo ranks) vs JAX on 2 devices. Full run (90 steps)
     measured 2.6e-7 (pmap); here 20 steps, bar 1e-4."""
