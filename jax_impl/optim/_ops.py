@@ -123,6 +123,11 @@ class TorchOps:
         self._sqrt_mode = sqrt_mode
         self._sqrt_table = sqrt_table
 
+    def one(self, dtype: Any) -> jax.Array:
+        """A run-time 1 of ``dtype``: ``x / ops.one(...)`` is ``x`` exactly, but XLA treats the
+        division as expensive and materializes ``x`` once instead of recomputing it per consumer."""
+        return (1 + self._zero).astype(dtype)
+
     def rounded(self, x: jax.Array) -> jax.Array:
         """``x`` unchanged, but opaque to FMA contraction (its rounding is kept)."""
         itype = _INT_OF_WIDTH[jnp.dtype(x.dtype).itemsize]

@@ -63,12 +63,23 @@ def rprop(
         # gradients whose sign flipped are zeroed (they are where the factor is etaminus).
         product = g * prev  # only compared, never added: no FMA to guard against
         factor = jnp.where(product > 0, c["etaplus"], jnp.where(product < 0, c["etaminus"], jnp.ones_like(product)))
-        step_size = jnp.clip(step_size * factor, c["step_size_min"], c["step_size_max"])
-        flipped = product < 0
-        # p - sign(g) * step_size with g zeroed where flipped, written from g itself so
-        # that XLA need not re-read the zeroed gradient it stores as `prev`.
-        p = jnp.where(flipped, p, p - ops.sign(g) * step_size)
-        return p, jnp.where(flipped, jnp.zeros_like(g), g), step_size
+        # Division by a run-time 1 (exact) marks the new step size as expensive, so XLA
+        # computes it once instead of inside every consumer; see the note below.
+        one = ops.one(p.dtype)
+        step_size = jnp.clip(step_size * factor, c["step_size_min"], c["step_size_max"]) / one
+        # Gradients whose sign flipped are zeroed (where the factor is etaminus). The
+        # second term is always false (a step size starts at lr >= 0 and is only scaled
+        # by positive factors) but makes the new `prev` depend on the new step size.
+        keep = jnp.logical_not(product < 0) | (step_size < 0)
+        prev = jnp.where(keep, g, jnp.zeros_like(g)) / one
+        # torch: p.addcmul_(g.sign(), step_size, value=-1) with g zeroed where flipped,
+        # which is the new `prev` (sign * step_size is exact: no rounding to match).
+        p = p - ops.sign(prev) * step_size
+        # Why: each output overwrites its own donated buffer, and all three used to read
+        # the old `prev`, so XLA copied `prev` and `step_size` first (1.4x optax). Now
+        # the old `prev` and `step_size` are read only by the step-size kernel and the
+        # `prev` kernel, which runs after it; the parameter reads only new values.
+        return p, prev, step_size
 
     return torch_optimizer(
         state_cls=RpropState,

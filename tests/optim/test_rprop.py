@@ -61,3 +61,30 @@ def test_rprop_nan_and_signed_zero_gradients_follow_torch():
     assert_parity(p.detach(), np.asarray(params))
     assert_parity(torch_opt.state[p]["step_size"], state.step_size)
     assert_parity(torch_opt.state[p]["prev"], state.prev)
+
+
+def test_rprop_infinite_step_size_follows_torch():
+    # torch moves p by sign(g') * step_size with g' the zeroed gradient: a flipped or zero
+    # gradient gives 0 * inf = NaN there, which a "keep p where flipped" shortcut would miss.
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from jax_impl import optim
+    from parity import assert_parity
+
+    grads = [[1.0, -1.0, 0.0, 1.0], [-1.0, -1.0, 1.0, -2.0], [1.0, 2.0, -1.0, 1.0]]
+    init = [1.0, 2.0, 3.0, -0.0]
+    kwargs = dict(lr=float("inf"), step_sizes=(1e-6, float("inf")))
+    p = torch.nn.Parameter(torch.tensor(init))
+    torch_opt = torch.optim.Rprop([p], **kwargs)
+    tx = optim.rprop(**kwargs)
+    params = jnp.asarray(init)
+    state = tx.init(params)
+    for g in grads:
+        p.grad = torch.tensor(g)
+        torch_opt.step()
+        params, state = tx.step(jnp.asarray(g, jnp.float32), state, params)
+        assert_parity(p.detach(), np.asarray(params))
+    assert_parity(torch_opt.state[p]["step_size"], state.step_size)
+    assert_parity(torch_opt.state[p]["prev"], state.prev)
