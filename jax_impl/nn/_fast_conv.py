@@ -196,17 +196,33 @@ def _gemm_2d(x, w, stride, pads, dilation):
     return jax.numpy.transpose(y, (0, 2, 1)).reshape(n, o, ho, wo)
 
 
+def _direct_once(x, w, stride, pads, dilation):
+    """The fused loop, computed once: inside a ``lax.cond`` branch whose predicate XLA cannot
+    fold (``w``'s sign bit shifted out of an int is always 0), its result is a materialized
+    buffer. As a plain fusion XLA:CPU inlined all its taps into every consumer instead (ReLU,
+    the max pool and their gradients: 4 extra evaluations of LeNet conv1 per train step, ~60 ms);
+    ``optimization_barrier`` is removed before fusion and does not prevent that."""
+    bits = lax.bitcast_convert_type(w.reshape(-1)[0].astype(jax.numpy.float32), jax.numpy.uint32)
+    always = lax.shift_right_logical(bits, jax.numpy.uint32(31)) < 2
+    return lax.cond(always, lambda a, b: _direct_2d(a, b, stride, pads, dilation),
+                    lambda a, b: jax.numpy.zeros(_direct_shape(a, b, stride, pads, dilation), a.dtype), x, w)
+
+
+def _direct_shape(x, w, stride, pads, dilation):
+    return (x.shape[0], w.shape[0]) + _out_size(x.shape, w.shape, stride, pads, dilation)
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
 def _direct_conv(x, w, stride, pads, dilation):
     """The fused loop forward; its derivatives are those of XLA's own conv (the same bilinear map)."""
-    return _direct_2d(x, w, stride, pads, dilation)
+    return _direct_once(x, w, stride, pads, dilation)
 
 
 def _direct_conv_jvp(stride, pads, dilation, primals, tangents):
     # Symbolic zeros: an input that is not differentiated (the images) costs no conv of zeros.
     x, w = primals
     dx, dw = tangents
-    y = _direct_2d(x, w, stride, pads, dilation)
+    y = _direct_once(x, w, stride, pads, dilation)
     out = None
     if type(dx) is not SymbolicZero:
         out = _plain(dx, w, stride, list(pads), dilation)

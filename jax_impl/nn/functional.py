@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl.nn import _max_pool as _max_pool_impl
 from jax_impl.nn import _pool_indices
 from jax_impl.nn._fast_conv import conv2d_core
 from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: torch.nn.functional names)
@@ -280,23 +281,11 @@ def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, retu
     for length, o, k, s, p, d in zip(x.shape[2:], out, kernel, stride, padding, dilation):
         # High pad extended (or cropped) so exactly `out` windows exist.
         pads.append((p, (o - 1) * s + d * (k - 1) + 1 - length - p))
-    # A concrete (numpy) init lets lax pick the differentiable max/sum window reducers under jit.
-    init = np.array(-np.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min, x.dtype)
     x, pads = _crop_unused_tail(x, pads)
-    if all(d == 1 for d in dilation):
-        y = lax.reduce_window(x, init, lax.max, (1, 1) + kernel, (1, 1) + stride, pads)
-    else:
-        # jax has no VJP for dilated max reduce_window: take the max over the
-        # k1*k2*... strided views of the -inf padded input instead.
-        xp = lax.pad(x, init, [(lo, hi, 0) for lo, hi in pads])
-        views = []
-        for offset in np.ndindex(*kernel):
-            start = (0, 0) + tuple(o * d for o, d in zip(offset, dilation))
-            limit = xp.shape[:2] + tuple(st + (n - 1) * s + 1 for st, n, s in zip(start[2:], out, stride))
-            views.append(lax.slice(xp, start, limit, (1, 1) + stride))
-        # Elementwise maxima, not jnp.max over a stacked axis: XLA:CPU's vectorised
-        # max reduction dropped NaN on these 6-D stacks (eager, jaxlib 0.10.2).
-        y = functools.reduce(lax.max, views)
+    # Elementwise maxima of strided views with torch's gradient routing (see _max_pool):
+    # XLA:CPU's reduce_window gradient is an index-carrying reduce-window plus a scatter.
+    y = _max_pool_impl.window_max(x, tuple(kernel), tuple(stride), tuple(tuple(p) for p in pads[2:]),
+                                  tuple(dilation), tuple(out))
     return y[0] if unbatched else y
 
 

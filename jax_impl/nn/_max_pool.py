@@ -1,0 +1,114 @@
+"""Max pooling as elementwise maxima of strided views, with torch's gradient routing.
+
+torch's CPU max-pool kernels (aten/src/ATen/native/cpu/MaxPoolKernel.cpp) scan
+each window in row-major order and keep ``val > maxval or isnan(val)``; the
+backward adds each output's gradient to the input element so chosen, looping
+over the outputs of a plane in row-major order:
+
+- the **first** maximum of a window takes its gradient (ties);
+- a window holding NaN gives NaN and routes to its **last** NaN;
+- a window of only ``-inf`` routes to its first in-bounds element;
+- where windows overlap, an input element chosen by several windows receives
+  ``((0 + g_a) + g_b) + ...`` in the outputs' row-major order.
+
+Here the forward is the elementwise maximum of the ``prod(kernel)`` strided
+views of the ``-inf``-padded input (one fused loop on XLA:CPU), and the
+derivative (a ``custom_jvp``, so forward mode works too) selects each view's
+tangent where that view is the chosen element. jax transposes it into a sum of
+interior-padded gradients, accumulated from the last view to the first: for
+any input element that is exactly the outputs' row-major order, so the
+gradient is torch's bit for bit. This replaces ``lax.reduce_window``, whose
+gradient XLA:CPU lowers to a variadic reduce-window carrying one int32 index
+array per dimension plus a scatter (LeNet's 256x6x28x28 pool: ~60 ms of a
+~70 ms train step).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = ["window_max"]
+
+
+def _views(xp, kernel, stride, dilation, out):
+    """The strided view of the padded input for each window offset, in row-major order."""
+    views = []
+    for offset in np.ndindex(*kernel):
+        start = (0, 0) + tuple(o * d for o, d in zip(offset, dilation))
+        limit = xp.shape[:2] + tuple(st + (n - 1) * s + 1 for st, n, s in zip(start[2:], out, stride))
+        views.append(lax.slice(xp, start, limit, (1, 1) + stride))
+    return views
+
+
+def _valid_masks(length_shape, kernel, stride, lows, dilation, out):
+    """Per offset, a static ``out``-shaped mask of windows whose element lies inside the input (None if all do)."""
+    masks = []
+    for offset in np.ndindex(*kernel):
+        ok = np.ones((), bool)
+        for n, o, s, lo, d, k in zip(length_shape, out, stride, lows, dilation, offset):
+            pos = np.arange(o) * s - lo + k * d
+            axis_ok = (pos >= 0) & (pos < n)
+            ok = np.logical_and.outer(ok, axis_ok) if ok.ndim else axis_ok
+        masks.append(None if ok.all() else ok)
+    return masks
+
+
+def _pad_value(dtype):
+    return np.array(-np.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min, dtype)
+
+
+def _forward(x, kernel, stride, pads, dilation, out):
+    xp = lax.pad(x, _pad_value(x.dtype), [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads])
+    views = _views(xp, kernel, stride, dilation, out)
+    # Elementwise maxima (NaN-propagating), not a reduction over a stacked axis:
+    # XLA:CPU's vectorised max reduction dropped NaN on 6-D stacks (jaxlib 0.10.2).
+    y = views[0]
+    for v in views[1:]:
+        y = lax.max(y, v)
+    return y, views
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4, 5))
+def window_max(x, kernel, stride, pads, dilation, out):
+    """torch's max pool of ``x`` (N, C, *S): ``pads`` are ``(lo, hi)`` per spatial axis, ``hi`` >= 0,
+    chosen so that exactly ``out`` windows exist."""
+    return _forward(x, kernel, stride, pads, dilation, out)[0]
+
+
+@window_max.defjvp
+def _window_max_jvp(kernel, stride, pads, dilation, out, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y, views = _forward(x, kernel, stride, pads, dilation, out)
+    masks = _valid_masks(x.shape[2:], kernel, stride, [lo for lo, _ in pads], dilation, out)
+    zero = jnp.zeros((), x.dtype)
+    dxp = lax.pad(dx, zero, [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads])
+    dviews = _views(dxp, kernel, stride, dilation, out)
+    y_nan = jnp.isnan(y)
+    # First maximum (in-bounds only: padding is -inf too) ...
+    first, found = [], None
+    for v, m in zip(views, masks):
+        hit = v == y
+        if m is not None:
+            hit = hit & m
+        if found is not None:
+            hit = hit & ~found
+        first.append(hit)
+        found = hit if found is None else found | hit
+    # ... or, in a window holding NaN, the last NaN (padding is never NaN).
+    last, found = [None] * len(views), None
+    for i in reversed(range(len(views))):
+        hit = jnp.isnan(views[i])
+        if found is not None:
+            hit = hit & ~found
+        last[i] = hit
+        found = hit if found is None else found | hit
+    dy = None
+    for f, l, dv in zip(first, last, dviews):
+        term = jnp.where(jnp.where(y_nan, l, f), dv, zero)
+        dy = term if dy is None else dy + term
+    return y, dy

@@ -1,0 +1,92 @@
+"""Max-pool gradients routed as torch routes them (``jax_impl/nn/_max_pool.py``), bit for bit.
+
+Inputs drawn from a few small integers make ties the rule rather than the
+exception; NaN and ``-inf`` windows, padding, ceil mode, dilation and
+overlapping windows (where an element collects several gradients, summed in
+torch's order) are all drawn. Forward mode is compared with torch's forward AD.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jax_impl.nn import functional as F
+
+
+@st.composite
+def pool_case(draw):
+    nd = draw(st.sampled_from([1, 2, 2, 3]))
+    k = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    d = tuple(draw(st.sampled_from([1, 1, 2])) for _ in range(nd))
+    s = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    p = tuple(draw(st.integers(0, min(((ki - 1) * di + 1) // 2, ki // 2))) for ki, di in zip(k, d))
+    size = tuple(draw(st.integers(1, 6)) + di * (ki - 1) for ki, di in zip(k, d))
+    return nd, k, s, p, d, size, draw(st.booleans()), draw(st.integers(0, 2**16))
+
+
+def _input(nd, size, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, (2, 3) + size).astype(np.float32)  # ties everywhere
+    special = rng.random(x.shape)
+    x[special < 0.05] = np.nan
+    x[(special >= 0.05) & (special < 0.15)] = -np.inf
+    if x.size > 3:
+        x.reshape(-1)[: size[-1]] = -np.inf  # a row of -inf: some windows hold nothing else
+    return x
+
+
+@settings(max_examples=60, deadline=None)
+@given(pool_case())
+def test_max_pool_gradient_matches_torch_with_ties_nan_and_inf(case):
+    nd, k, s, p, d, size, ceil_mode, seed = case
+    x = _input(nd, size, seed)
+    kw = dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil_mode)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = getattr(TF, f"max_pool{nd}d")(tx, **kw)
+    # Gradients with negative zeros and a shared value: the summation order and signs show.
+    g = np.random.default_rng(seed + 1).integers(-3, 4, tuple(ty.shape)).astype(np.float32) * 0.1
+    g[g == 0] = -0.0
+    ty.backward(torch.tensor(g))
+    fn = getattr(F, f"max_pool{nd}d")
+    y, vjp = jax.vjp(lambda a: fn(a, **kw), jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(y), ty.detach().numpy())
+    (gx,) = jax.jit(vjp)(jnp.asarray(g))
+    want = tx.grad.numpy()
+    np.testing.assert_array_equal(np.asarray(gx), want)
+    if np.prod(k) > 1:  # a 1-element window's gradient is g itself, where torch adds it to +0
+        np.testing.assert_array_equal(np.signbit(np.asarray(gx)), np.signbit(want))
+
+
+@pytest.mark.parametrize("nd, k, s, p", [(2, 3, 2, 1), (2, 2, 2, 0), (1, 3, 1, 1), (3, 2, 1, 1)])
+def test_max_pool_forward_mode_matches_torch(nd, k, s, p):
+    rng = np.random.default_rng(nd * 10 + k)
+    size = (7,) * nd
+    x = rng.integers(-2, 3, (2, 3) + size).astype(np.float32)
+    t = rng.standard_normal(x.shape).astype(np.float32)
+    fn_t = getattr(TF, f"max_pool{nd}d")
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        out = fn_t(fwAD.make_dual(torch.tensor(x), torch.tensor(t)), k, s, p)
+        want_y, want_t = fwAD.unpack_dual(out)
+    fn = getattr(F, f"max_pool{nd}d")
+    y, ty = jax.jvp(lambda a: fn(a, k, s, p), (jnp.asarray(x),), (jnp.asarray(t),))
+    np.testing.assert_array_equal(np.asarray(y), want_y.numpy())
+    np.testing.assert_array_equal(np.asarray(ty), want_t.numpy())
+
+
+def test_max_pool_gradient_is_elementwise():
+    # No index-carrying reduce-window, no scatter (XLA:CPU's slow path) in the compiled gradient.
+    import re
+
+    def loss(x):
+        return jnp.sum(F.max_pool2d(x, 3, 2, 1) ** 2)
+
+    hlo = jax.jit(jax.grad(loss)).lower(jnp.ones((2, 3, 9, 9))).compile().as_text()
+    ops = set(re.findall(r"= [^ ]+ ([a-z-]+)\(", hlo))
+    assert not ops & {"scatter", "reduce-window", "select-and-scatter"}, ops
