@@ -23,7 +23,8 @@ def pool_case(draw):
     nd = draw(st.sampled_from([1, 2, 2, 3]))
     k = tuple(draw(st.integers(1, 3)) for _ in range(nd))
     d = tuple(draw(st.sampled_from([1, 1, 2])) for _ in range(nd))
-    s = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    # stride == kernel half the time: windows that tile the input take their own gradient path.
+    s = k if draw(st.booleans()) else tuple(draw(st.integers(1, 3)) for _ in range(nd))
     p = tuple(draw(st.integers(0, min(((ki - 1) * di + 1) // 2, ki // 2))) for ki, di in zip(k, d))
     size = tuple(draw(st.integers(1, 6)) + di * (ki - 1) for ki, di in zip(k, d))
     return nd, k, s, p, d, size, draw(st.booleans()), draw(st.integers(0, 2**16))
@@ -53,13 +54,13 @@ def test_max_pool_gradient_matches_torch_with_ties_nan_and_inf(case):
     g[g == 0] = -0.0
     ty.backward(torch.tensor(g))
     fn = getattr(F, f"max_pool{nd}d")
-    y, vjp = jax.vjp(lambda a: fn(a, **kw), jnp.asarray(x))
+    # Traced as in a train step: the "+ 0" that turns a lone -0 gradient into torch's +0 rests
+    # on a value XLA cannot fold, which an eager jax.vjp would have made a constant.
+    y, gx = jax.jit(lambda a, ct: (fn(a, **kw), jax.vjp(lambda b: fn(b, **kw), a)[1](ct)[0]))(jnp.asarray(x), jnp.asarray(g))
     np.testing.assert_array_equal(np.asarray(y), ty.detach().numpy())
-    (gx,) = jax.jit(vjp)(jnp.asarray(g))
     want = tx.grad.numpy()
     np.testing.assert_array_equal(np.asarray(gx), want)
-    if np.prod(k) > 1:  # a 1-element window's gradient is g itself, where torch adds it to +0
-        np.testing.assert_array_equal(np.signbit(np.asarray(gx)), np.signbit(want))
+    np.testing.assert_array_equal(np.signbit(np.asarray(gx)), np.signbit(want))  # -0 vs +0 too
 
 
 @pytest.mark.parametrize("nd, k, s, p", [(2, 3, 2, 1), (2, 2, 2, 0), (1, 3, 1, 1), (3, 2, 1, 1)])
