@@ -45,6 +45,8 @@ import jax
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
+from jax_impl.nn._materialize import computed_once
+
 _HIGHEST = lax.Precision.HIGHEST
 _NCHW = ("NCHW", "OIHW", "NCHW")
 
@@ -197,19 +199,10 @@ def _gemm_2d(x, w, stride, pads, dilation):
 
 
 def _direct_once(x, w, stride, pads, dilation):
-    """The fused loop, computed once: inside a ``lax.cond`` branch whose predicate XLA cannot
-    fold (``w``'s sign bit shifted out of an int is always 0), its result is a materialized
-    buffer. As a plain fusion XLA:CPU inlined all its taps into every consumer instead (ReLU,
-    the max pool and their gradients: 4 extra evaluations of LeNet conv1 per train step, ~60 ms);
-    ``optimization_barrier`` is removed before fusion and does not prevent that."""
-    bits = lax.bitcast_convert_type(w.reshape(-1)[0].astype(jax.numpy.float32), jax.numpy.uint32)
-    always = lax.shift_right_logical(bits, jax.numpy.uint32(31)) < 2
-    return lax.cond(always, lambda a, b: _direct_2d(a, b, stride, pads, dilation),
-                    lambda a, b: jax.numpy.zeros(_direct_shape(a, b, stride, pads, dilation), a.dtype), x, w)
-
-
-def _direct_shape(x, w, stride, pads, dilation):
-    return (x.shape[0], w.shape[0]) + _out_size(x.shape, w.shape, stride, pads, dilation)
+    """The fused loop, computed once (``computed_once``): as a plain fusion XLA:CPU inlined all
+    its taps into every consumer (ReLU, the max pool and their gradients: 4 extra evaluations of
+    LeNet conv1 per train step, ~60 ms)."""
+    return computed_once(lambda a, b: _direct_2d(a, b, stride, pads, dilation), w, x, w)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))

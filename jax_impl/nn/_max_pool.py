@@ -32,6 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl.nn._materialize import computed_once, runtime_false
+
 __all__ = ["window_max"]
 
 
@@ -80,27 +82,21 @@ def window_max(x, kernel, stride, pads, dilation, out):
     return _forward(x, kernel, stride, pads, dilation, out)[0]
 
 
-def _chosen(views, y, masks):
-    """Per view, where it holds the element torch routes the gradient to: the first maximum
-    (in-bounds only: padding is -inf too) or, in a window holding NaN, the last NaN."""
-    first, found = [], None
-    for v, m in zip(views, masks):
-        hit = v == y
-        if m is not None:
-            hit = hit & m
-        if found is not None:
-            hit = hit & ~found
-        first.append(hit)
-        found = hit if found is None else found | hit
-    last, found = [None] * len(views), None
-    for i in reversed(range(len(views))):
-        hit = jnp.isnan(views[i])  # padding is never NaN
-        if found is not None:
-            hit = hit & ~found
-        last[i] = hit
-        found = hit if found is None else found | hit
-    y_nan = jnp.isnan(y)
-    return [jnp.where(y_nan, l, f) for f, l in zip(first, last)]
+def _choice(views, y, masks):
+    """Per window, the offset (row-major index into the kernel) of the element torch routes the
+    gradient to: the first maximum (in-bounds only: padding is -inf too) or, in a window holding
+    NaN, the last NaN (padding is never NaN)."""
+    k = len(views)
+    first = jnp.full(y.shape, k, jnp.int32)
+    for t in reversed(range(k)):
+        hit = views[t] == y
+        if masks[t] is not None:
+            hit = hit & masks[t]
+        first = jnp.where(hit, jnp.int32(t), first)
+    last = jnp.full(y.shape, k, jnp.int32)
+    for t in range(k):
+        last = jnp.where(jnp.isnan(views[t]), jnp.int32(t), last)
+    return jnp.where(jnp.isnan(y), last, first)
 
 
 def _tiles(kernel, stride, pads, dilation, x_shape, out) -> bool:
@@ -109,42 +105,41 @@ def _tiles(kernel, stride, pads, dilation, x_shape, out) -> bool:
             and all(p == (0, 0) for p in pads) and tuple(x_shape[2:]) == tuple(o * k for o, k in zip(out, kernel)))
 
 
-def _runtime_false(x):
-    """A scalar False that XLA cannot fold (the sign bit of one element, shifted out)."""
-    bits = lax.bitcast_convert_type(x.reshape(-1)[0].astype(jnp.float32), jnp.uint32)
-    return lax.shift_right_logical(bits, jnp.uint32(31)) > 1
-
-
 @window_max.defjvp
 def _window_max_jvp(kernel, stride, pads, dilation, out, primals, tangents):
     (x,), (dx,) = primals, tangents
-    y, views = _forward(x, kernel, stride, pads, dilation, out)
+    masks = _valid_masks(x.shape[2:], kernel, stride, [lo for lo, _ in pads], dilation, out)
+
+    def scan(x):
+        y, views = _forward(x, kernel, stride, pads, dilation, out)
+        return y, _choice(views, y, masks)
+
+    # One pass over the input gives the maxima and each window's chosen offset, kept in memory:
+    # fused into the gradient instead, the scan would be redone for every offset read.
+    y, choice = computed_once(scan, x, x)
     zero = jnp.zeros((), x.dtype)
+    never = runtime_false(x)
     if _tiles(kernel, stride, pads, dilation, x.shape, out):
         # Tiled windows: the tangent is a masked sum over each window, read in the input's own
         # layout (N, C, O1, K1, O2, K2, ...). Its transpose is then one elementwise select,
         # g where chosen else 0, instead of a sum of interior-padded arrays. The second, never
         # selecting term transposes to "+ 0", torch's `grad_input[i] += g` on zeros (-0 -> +0).
         nd = len(kernel)
-        chosen = _chosen(views, y, [None] * len(views))
         split = x.shape[:2] + tuple(v for o, k in zip(out, kernel) for v in (o, k))
-        # chosen: one (N, C, *out) mask per window offset, row-major -> (N, C, O1, K1, O2, K2, ...)
-        mask = jnp.stack(chosen, axis=2).reshape(x.shape[:2] + tuple(kernel) + tuple(out))
-        mask = mask.transpose((0, 1) + tuple(a for i in range(nd) for a in (2 + nd + i, 2 + i)))
         win = tuple(3 + 2 * i for i in range(nd))
+        offset = np.arange(int(np.prod(kernel)), dtype=np.int32).reshape(kernel)
+        offset = offset.reshape(tuple(v for k in kernel for v in (1, k)))  # (1, K1, 1, K2, ...)
+        mask = jnp.expand_dims(choice, win) == offset
         dx_r = dx.reshape(split)
-        never = _runtime_false(x)
         dy = jnp.sum(jnp.where(mask, dx_r, zero), axis=win) + jnp.sum(jnp.where(never, dx_r, zero), axis=win)
         return y, dy
-    masks = _valid_masks(x.shape[2:], kernel, stride, [lo for lo, _ in pads], dilation, out)
     dxp = lax.pad(dx, zero, [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads])
     dviews = _views(dxp, kernel, stride, dilation, out)
     # Never-selecting term first: its transpose, computed last, adds +0 to every element's
     # gradient as torch's zero-initialised grad_input does (XLA may fold the zero padding of
     # the other terms away, so they alone do not turn a lone -0 into +0).
     spatial = tuple(range(2, x.ndim))
-    dy = jnp.sum(jnp.where(_runtime_false(x), dx, zero), axis=spatial, keepdims=True)
-    for c, dv in zip(_chosen(views, y, masks), dviews):
-        dy = dy + jnp.where(c, dv, zero)
+    dy = jnp.sum(jnp.where(never, dx, zero), axis=spatial, keepdims=True)
+    for t, dv in enumerate(dviews):
+        dy = dy + jnp.where(choice == t, dv, zero)
     return y, dy
-

@@ -1,0 +1,36 @@
+"""Force XLA:CPU to compute an elementwise result once and keep it in memory.
+
+XLA fuses cheap elementwise producers into every consumer, recomputing them
+per consumer and per element read. For a producer that is a long chain (the
+fused-loop convolution's 75 taps, the max pool's window scan) read by several
+consumers, or read at several offsets by one (a transposed strided slice),
+that multiplies its cost. A ``lax.cond`` whose predicate XLA cannot fold
+materializes its branch's result as a buffer; ``lax.optimization_barrier``
+does not help, it is removed before fusion (measured, jaxlib 0.10.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["computed_once", "runtime_false"]
+
+
+def runtime_false(x: jax.Array) -> jax.Array:
+    """A scalar ``False`` XLA cannot fold: the sign bit of one element of ``x``, shifted out."""
+    bits = lax.bitcast_convert_type(x.reshape(-1)[0].astype(jnp.float32), jnp.uint32)
+    return lax.shift_right_logical(bits, jnp.uint32(31)) > 1
+
+
+def computed_once(fn: Callable[..., Any], key: jax.Array, *args: Any) -> Any:
+    """``fn(*args)``, materialized: the true branch of a ``lax.cond`` on ``~runtime_false(key)``."""
+    out = jax.eval_shape(fn, *args)
+    return lax.cond(
+        jnp.logical_not(runtime_false(key)), fn,
+        lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out), *args,
+    )
