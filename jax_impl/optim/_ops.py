@@ -38,10 +38,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["TorchOps", "get_sqrt_mode", "get_sqrt_table", "runtime_zero", "set_sqrt_mode", "set_sqrt_table",
+__all__ = ["TorchOps", "get_sqrt_mode", "get_sqrt_table", "lerp_branch", "runtime_zero", "set_sqrt_mode", "set_sqrt_table",
            "torch_sqrt"]
 
 _INT_OF_WIDTH = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
+
+
+def lerp_branch(weight: Any) -> bool | None:
+    """ATen's lerp branch (``|w| < 0.5``) for a weight known on the host, or ``None``.
+
+    ``weight`` is torch's float64 value; ATen compares it after rounding to the
+    parameter's dtype, so a branch is returned only where float32 and float64
+    agree (else the kernel keeps the run-time select). Schedules give ``None``.
+    """
+    if callable(weight) or weight is None:
+        return None
+    small32, small64 = abs(np.float32(weight)) < 0.5, abs(np.float64(weight)) < 0.5
+    return bool(small64) if small32 == small64 else None
 
 
 def runtime_zero(count: jax.Array) -> jax.Array:
@@ -146,9 +159,17 @@ class TorchOps:
         return a + alpha * b
 
     @staticmethod
-    def lerp(a: jax.Array, b: jax.Array, w: jax.Array) -> jax.Array:
-        """``a.lerp(b, w)`` for a scalar weight, ATen's two FMA branches."""
+    def lerp(a: jax.Array, b: jax.Array, w: jax.Array, small_weight: bool | None = None) -> jax.Array:
+        """``a.lerp(b, w)`` for a scalar weight, ATen's two FMA branches.
+
+        ``small_weight`` (from :func:`lerp_branch`) picks the branch when the weight is known on
+        the host: the kernel then computes one branch instead of both and a select.
+        """
         diff = b - a
+        if small_weight is True:
+            return a + w * diff
+        if small_weight is False:
+            return b + (w - 1) * diff
         return jnp.where(jnp.abs(w) < 0.5, a + w * diff, b + (w - 1) * diff)
 
     def addcmul(self, a: jax.Array, t1: jax.Array, t2: jax.Array, value: jax.Array | float = 1.0) -> jax.Array:

@@ -68,8 +68,14 @@ def weight_decay(
     return ops.add(g, p, alpha=c["weight_decay"]), p
 
 
-def adam_moments(ops: TorchOps, c: dict[str, jax.Array], g: jax.Array, exp_avg: jax.Array, exp_avg_sq: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``exp_avg.lerp_(g, 1 - beta1)``; ``exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)``."""
-    exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
+def adam_moments(
+    ops: TorchOps, c: dict[str, jax.Array], g: jax.Array, exp_avg: jax.Array, exp_avg_sq: jax.Array,
+    small_weight: bool | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """``exp_avg.lerp_(g, 1 - beta1)``; ``exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)``.
+
+    ``small_weight``: ``lerp_branch(1 - beta1)`` when beta1 is a constant (see ``TorchOps.lerp``).
+    """
+    exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"], small_weight)
     exp_avg_sq = ops.addcmul(ops.mul(exp_avg_sq, c["beta2"]), g, g, value=c["one_minus_beta2"])
     return exp_avg, exp_avg_sq

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._ops import lerp_branch
 from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 
@@ -62,6 +63,7 @@ def adam(
     """
     beta1, beta2 = betas
     check_adam_family(lr, eps, betas, weight_decay)
+    small_weight = lerp_branch(None if callable(beta1) else 1 - beta1)
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused)
 
     def host_scalars(step, h, sstate):
@@ -80,7 +82,7 @@ def adam(
 
     def update_leaf(ops, c, step, g, p, m, v, v_max):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)
-        m, v = adam_moments(ops, c, g, m, v)
+        m, v = adam_moments(ops, c, g, m, v, small_weight)
         if amsgrad:
             v_max = ops.maximum(v_max, v)
         denom = ops.div_scalar(ops.sqrt(v_max if amsgrad else v), c["bias_correction2_sqrt"]) + c["eps"]

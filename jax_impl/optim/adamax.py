@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._ops import lerp_branch
 from jax_impl.optim._transforms import adam_family_scalars, check_adam_family, negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 
@@ -42,6 +43,7 @@ def adamax(
     """
     beta1, beta2 = betas
     check_adam_family(lr, eps, betas, weight_decay)
+    small_weight = lerp_branch(None if callable(beta1) else 1 - beta1)
     check_torch_only_flags(foreach=foreach, differentiable=differentiable, capturable=capturable)
 
     def host_scalars(step, h, sstate):
@@ -53,7 +55,7 @@ def adamax(
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_inf):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
-        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"])
+        exp_avg = ops.lerp(exp_avg, g, c["one_minus_beta1"], small_weight)
         exp_inf = ops.maximum(ops.mul(exp_inf, c["beta2"]), jnp.abs(g) + c["eps"])
         return ops.addcdiv(p, exp_avg, exp_inf, value=c["neg_clr"]), exp_avg, exp_inf
 

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._ops import lerp_branch
 from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 
@@ -47,6 +48,7 @@ def radam(
     strict ``rho_t > 5`` (optax uses ``>=``).
     """
     beta1, beta2 = betas
+    small_weight = lerp_branch(None if callable(beta1) else 1 - beta1)
     check_adam_family(lr, eps, betas, weight_decay)
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
 
@@ -73,7 +75,7 @@ def radam(
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)
-        exp_avg, exp_avg_sq = adam_moments(ops, c, g, exp_avg, exp_avg_sq)
+        exp_avg, exp_avg_sq = adam_moments(ops, c, g, exp_avg, exp_avg_sq, small_weight)
         scaled = ops.mul(ops.div_scalar(exp_avg, c["bias_correction1"]), c["lr"])  # (m / bc1) * lr
         adaptive_lr = ops.mul(ops.reciprocal(ops.sqrt(exp_avg_sq) + c["eps"]), c["bias_correction2_sqrt"])
         rectified_step = ops.mul(ops.mul(scaled, adaptive_lr), c["rect"])

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
+from jax_impl.optim._ops import lerp_branch
 from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative
@@ -52,6 +53,7 @@ def rmsprop(
     check_non_negative(momentum, "Invalid momentum value: {}")
     check_non_negative(weight_decay, "Invalid weight_decay value: {}")
     check_non_negative(alpha, "Invalid alpha value: {}")
+    small_weight = lerp_branch(None if callable(alpha) else 1 - alpha)
     check_torch_only_flags(capturable=capturable, foreach=foreach, differentiable=differentiable)
     use_momentum = callable(momentum) or momentum > 0
 
@@ -75,7 +77,7 @@ def rmsprop(
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)
         square_avg = ops.addcmul(ops.mul(square_avg, c["alpha"]), g, g, value=c["one_minus_alpha"])
         if centered:
-            grad_avg = ops.lerp(grad_avg, g, c["one_minus_alpha"])
+            grad_avg = ops.lerp(grad_avg, g, c["one_minus_alpha"], small_weight)
             avg = ops.sqrt(ops.addcmul(square_avg, grad_avg, grad_avg, value=-1.0))
         else:
             avg = ops.sqrt(square_avg)

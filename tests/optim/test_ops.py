@@ -110,3 +110,12 @@ def test_sqrt_modes(dtype, np_rng):
         assert H.bitwise_equal({"x": ours}, {"x": ref})
     # MKL's kernel is faithful (within 1 ULP of IEEE) but not correctly rounded.
     assert H.compare({"x": ieee}, {"x": mkl}, max_ulp=1).passed
+
+
+def test_lerp_branch_is_atens_choice_or_none():
+    from jax_impl.optim._ops import lerp_branch
+
+    assert lerp_branch(0.1) is True and lerp_branch(0.5) is False and lerp_branch(-0.7) is False
+    assert lerp_branch(lambda k: 0.1) is None and lerp_branch(None) is None
+    # float32 rounds 0.5 - 2**-30 up to 0.5 (ATen's float32 kernels take the other branch): undecided.
+    assert lerp_branch(0.5 - 2.0**-30) is None
