@@ -12,15 +12,25 @@ over the outputs of a plane in row-major order:
   ``((0 + g_a) + g_b) + ...`` in the outputs' row-major order.
 
 Here the forward is the elementwise maximum of the ``prod(kernel)`` strided
-views of the ``-inf``-padded input (one fused loop on XLA:CPU), and the
-derivative (a ``custom_jvp``, so forward mode works too) selects each view's
-tangent where that view is the chosen element. jax transposes it into a sum of
-interior-padded gradients, accumulated from the last view to the first: for
-any input element that is exactly the outputs' row-major order, so the
-gradient is torch's bit for bit. This replaces ``lax.reduce_window``, whose
-gradient XLA:CPU lowers to a variadic reduce-window carrying one int32 index
-array per dimension plus a scatter (LeNet's 256x6x28x28 pool: ~60 ms of a
-~70 ms train step).
+views of the ``-inf``-padded input (one fused loop on XLA:CPU). The derivative
+is a ``custom_jvp`` (forward mode works too): one scan of the input, kept in
+memory (``_materialize.computed_once``), records each window's chosen offset,
+and the tangent selects that view's tangent. jax transposes it into
+
+- for windows that tile the input (stride == kernel, no padding: LeNet's
+  2x2/2), one elementwise select in the input's layout;
+- otherwise a sum of interior-padded gradients, accumulated from the last
+  view to the first: for any input element that is exactly the outputs'
+  row-major order, so the gradient is torch's bit for bit, the sign of zero
+  included (a never-selecting term adds torch's initial ``+0``, as long as the
+  input is traced, as in a train step).
+
+This replaces ``lax.reduce_window``, whose gradient XLA:CPU lowers to a
+variadic reduce-window carrying one int32 index array per dimension plus a
+scatter (LeNet's 256x6x28x28 pool: ~60 ms of a ~70 ms train step).
+
+A dilated window holding only padding gives ``-inf`` and no gradient; torch's
+CPU backward adds that gradient at an index past the input plane.
 """
 
 from __future__ import annotations
