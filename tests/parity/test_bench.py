@@ -25,7 +25,7 @@ FAKE = {
     "conv_speed": {"machine": _MACHINE, "date": "2026-01-01", "convs": {"lenet_c1": {
         m: {"torch": _T, "plain": _T, "fast": _T, "torch_over_plain": 1.0, "torch_over_fast": 1.0}
         for m in ("fwd", "fb")}}},
-    "optim_update": {"machine": _MACHINE, "results": {"sgd": {
+    "optim_update": {"machine": _MACHINE, "results": {"sgd": {"optax": "optax.sgd(1e-2)",
         "times": {k: _T for k in ("step[mkl]", "step[ieee]", "update", "optax", "torch")},
         "ratios": {"step_ieee/optax": 1.0, "step_mkl/optax": 1.0}}}},
     "dataloader_throughput": {"cpus": 2, "dataset": "toy", "batch_size": 4, "results": [
@@ -53,7 +53,7 @@ def test_render_every_section(tmp_path):
     assert "| lenet_b256 | 2.0 | 4.0 | 0.50 | 2.0 | 2.0 | 1.00 |" in text
     assert "| lenet_b256 | 64 | 3 | 5 | 2 | 1 |" in text  # memory in MiB
     assert "| lenet_c1 | 2.0 | 2.0 | 2.0 | 1.00 | 2.0 | 2.0 | 2.0 | 1.00 |" in text
-    assert "| sgd | 2.0 | 2.0 | 1.00 | 1.00 | 2.0 | 1.0 |" in text
+    assert "| sgd | `optax.sgd(1e-2)` | 2.0 | 2.0 | 1.00 | 1.00 | 2.0 | 1.0 |" in text
     assert "| in_memory | 0 | False | 10 | 5 | 2.00 |" in text
     assert "Ratio torch-only wall / JAX-only wall: 0.50." in text
     assert "Not measured" not in text
