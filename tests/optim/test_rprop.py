@@ -38,9 +38,9 @@ def test_rprop_validation(kwargs):
     H.assert_same_validation("rprop", kwargs)
 
 
-def test_rprop_nan_and_signed_zero_gradients_follow_torch():
-    # torch.sign(NaN) == 0 and torch.sign(-0.0) == +0: a NaN gradient neither moves the
-    # parameter nor changes its step size, and is remembered as the previous gradient.
+def _step_both(init, grads, kwargs, *, check_every_step=False):
+    """Runs torch's Rprop and ours over ``grads`` from ``init``; asserts params (each step if
+    asked, else at the end) and the final ``step_size`` and ``prev`` state."""
     import jax.numpy as jnp
     import numpy as np
     import torch
@@ -48,34 +48,6 @@ def test_rprop_nan_and_signed_zero_gradients_follow_torch():
     from jax_impl import optim
     from parity import assert_parity
 
-    grads = [[float("nan"), 1.0, -0.0], [1.0, 1.0, 2.0], [-1.0, float("nan"), 1.0], [1.0, 1.0, 1.0]]
-    p = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
-    torch_opt = torch.optim.Rprop([p], lr=0.1)
-    tx = optim.rprop(lr=0.1)
-    params = jnp.asarray([1.0, 2.0, 3.0])
-    state = tx.init(params)
-    for g in grads:
-        p.grad = torch.tensor(g)
-        torch_opt.step()
-        params, state = tx.step(jnp.asarray(g, jnp.float32), state, params)
-    assert_parity(p.detach(), np.asarray(params))
-    assert_parity(torch_opt.state[p]["step_size"], state.step_size)
-    assert_parity(torch_opt.state[p]["prev"], state.prev)
-
-
-def test_rprop_infinite_step_size_follows_torch():
-    # torch moves p by sign(g') * step_size with g' the zeroed gradient: a flipped or zero
-    # gradient gives 0 * inf = NaN there, which a "keep p where flipped" shortcut would miss.
-    import jax.numpy as jnp
-    import numpy as np
-    import torch
-
-    from jax_impl import optim
-    from parity import assert_parity
-
-    grads = [[1.0, -1.0, 0.0, 1.0], [-1.0, -1.0, 1.0, -2.0], [1.0, 2.0, -1.0, 1.0]]
-    init = [1.0, 2.0, 3.0, -0.0]
-    kwargs = dict(lr=float("inf"), step_sizes=(1e-6, float("inf")))
     p = torch.nn.Parameter(torch.tensor(init))
     torch_opt = torch.optim.Rprop([p], **kwargs)
     tx = optim.rprop(**kwargs)
@@ -85,6 +57,23 @@ def test_rprop_infinite_step_size_follows_torch():
         p.grad = torch.tensor(g)
         torch_opt.step()
         params, state = tx.step(jnp.asarray(g, jnp.float32), state, params)
-        assert_parity(p.detach(), np.asarray(params))
+        if check_every_step:
+            assert_parity(p.detach(), np.asarray(params))
+    assert_parity(p.detach(), np.asarray(params))
     assert_parity(torch_opt.state[p]["step_size"], state.step_size)
     assert_parity(torch_opt.state[p]["prev"], state.prev)
+
+
+def test_rprop_nan_and_signed_zero_gradients_follow_torch():
+    # torch.sign(NaN) == 0 and torch.sign(-0.0) == +0: a NaN gradient neither moves the
+    # parameter nor changes its step size, and is remembered as the previous gradient.
+    grads = [[float("nan"), 1.0, -0.0], [1.0, 1.0, 2.0], [-1.0, float("nan"), 1.0], [1.0, 1.0, 1.0]]
+    _step_both([1.0, 2.0, 3.0], grads, dict(lr=0.1))
+
+
+def test_rprop_infinite_step_size_follows_torch():
+    # torch moves p by sign(g') * step_size with g' the zeroed gradient: a flipped or zero
+    # gradient gives 0 * inf = NaN there, which a "keep p where flipped" shortcut would miss.
+    grads = [[1.0, -1.0, 0.0, 1.0], [-1.0, -1.0, 1.0, -2.0], [1.0, 2.0, -1.0, 1.0]]
+    kwargs = dict(lr=float("inf"), step_sizes=(1e-6, float("inf")))
+    _step_both([1.0, 2.0, 3.0, -0.0], grads, kwargs, check_every_step=True)
