@@ -66,4 +66,5 @@ def adamax(
         init_leaf=init_leaf,
         update_leaf=update_leaf,
         leaf_state_names=("exp_avg", "exp_inf"),
+        converges=True,  # bias corrections 1 - beta**t: monotone, constant once beta**t < 2**-54
     )

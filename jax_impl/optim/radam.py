@@ -88,4 +88,5 @@ def radam(
         init_leaf=init_leaf,
         update_leaf=update_leaf,
         leaf_state_names=("exp_avg", "exp_avg_sq"),
+        converges=True,  # bias corrections 1 - beta**t: monotone, constant once beta**t < 2**-54
     )
