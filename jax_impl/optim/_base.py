@@ -159,7 +159,9 @@ def torch_optimizer(
     and read from the table on device; the ``pure_callback`` (measured ~2 ms a
     step at 11.7M parameters: it stalls the whole update) runs only past the
     table, or if the float32 scalar state differs from the table's (a state
-    loaded from elsewhere). Schedules always take the callback.
+    loaded from elsewhere). Host schedules marked ``tabulable`` (torch's
+    schedulers in :mod:`jax_impl.optim.lr_scheduler`, pure functions of the
+    count) are tabulated with them; other schedules take the callback.
     """
     scalar_state = dict(scalar_state or {})
     host_names = [k for k, v in hyper.items() if is_host_schedule(v)]
@@ -186,7 +188,7 @@ def torch_optimizer(
         dtype = _scalar_dtype()
         return np.array([scalars[k] for k in scalar_names], dtype=dtype), tuple(np.float32(v) for v in new)
 
-    tables: dict[np.dtype, _ScalarTable] = {}
+    tables: dict[np.dtype, _ScalarTable | None] = {}
 
     def compute_scalars(count: jax.Array, sstate: tuple[jax.Array, ...]):
         dtype = _scalar_dtype()
@@ -204,11 +206,17 @@ def torch_optimizer(
         def callback():
             return jax.pure_callback(host_callback, shapes, count, traced_values, sstate, vmap_method="broadcast_all")
 
-        if host_names or traced_names:
+        if traced_names or not all(getattr(hyper[k], "tabulable", False) for k in host_names):
             return callback()
         if dtype not in tables:
-            tables[dtype] = _scalar_table(lambda k, old: host_scalars(k + 1, constant_hyper, old), scalar_names,
-                                          scalar_state, dtype, converges)
+            def host(count: int, old: dict[str, np.float32]):
+                values = dict(constant_hyper)
+                values.update({k: float(hyper[k](count)) for k in host_names})
+                return host_scalars(count + 1, values, old)
+
+            tables[dtype] = _scalar_table(host, scalar_names, scalar_state, dtype, converges and not host_names)
+        if tables[dtype] is None:
+            return callback()
         return tables[dtype].lookup(count, sstate, callback)
 
     n_leaf = len(leaf_state_names)
@@ -259,7 +267,12 @@ def torch_optimizer(
     return tx
 
 
-_TABLE_STEPS = 1 << 15  # at most this many steps tabulated (0.1-0.5 s of host maths when traced)
+# At most this many steps are tabulated: enough for torch's default betas to converge
+# (~16.6k steps in float32), 0.1-0.5 s of host maths when the step is traced ...
+_TABLE_STEPS = 1 << 15
+# ... and for scalars that never settle (LR schedules, ASGD's eta, Adagrad's lr_decay),
+# whose table is cut off and followed by the callback: parity runs of a few thousand steps.
+_OPEN_TABLE_STEPS = 1 << 13
 _LIMIT_STEP = 2**62  # a step where every beta**t is 0.0 in float64
 _CHECK_EVERY = 64  # counts between convergence checks while tabulating
 
@@ -307,10 +320,12 @@ class _ScalarTable(NamedTuple):
 
 
 def _scalar_table(host: Callable[[int, dict[str, np.float32]], tuple[dict[str, float], dict[str, Any]]],
-                  names: list[str], initial_state: dict[str, float], dtype: np.dtype, converges: bool) -> _ScalarTable:
+                  names: list[str], initial_state: dict[str, float], dtype: np.dtype,
+                  converges: bool) -> _ScalarTable | None:
     """Runs the host maths ``host(count, state)`` for counts ``0, 1, ...`` from the initial scalar state.
 
-    Stops at ``_TABLE_STEPS`` rows, or (``converges``) at a count whose
+    Stops at ``_TABLE_STEPS`` rows (``_OPEN_TABLE_STEPS`` unless ``converges``), or
+    (``converges``) at a count whose
     scalars equal their limit (step ``2**62``, same scalar state) in ``dtype``
     and whose scalar state is a fixed point: the optimizer's monotone scalars
     never change again, and that row serves every later count. The limit is
@@ -323,8 +338,11 @@ def _scalar_table(host: Callable[[int, dict[str, np.float32]], tuple[dict[str, f
     states: list[list[np.float32]] = []
     converged = False
     limit_bits: dict[tuple[int, ...], tuple[int, ...]] = {}
-    for count in range(_TABLE_STEPS):
-        scalars, new = host(count, state)
+    for count in range(_TABLE_STEPS if converges else min(_TABLE_STEPS, _OPEN_TABLE_STEPS)):
+        try:
+            scalars, new = host(count, state)
+        except Exception:  # noqa: BLE001 - e.g. OneCycleLR past total_steps: the callback raises it at that step
+            break
         new = {k: np.float32(new[k]) for k in state_names}
         rows.append([scalars[k] for k in names])
         states.append([new[k] for k in state_names] + [state[k] for k in state_names])
@@ -338,6 +356,8 @@ def _scalar_table(host: Callable[[int, dict[str, np.float32]], tuple[dict[str, f
                     converged = True
                     break
         state = new
+    if not rows:
+        return None
     table = np.array(rows, dtype=dtype)
     state_table = np.array(states, dtype=np.float32).reshape(len(rows), 2 * len(state_names))
     varying = np.flatnonzero([len(set(_bits(col))) > 1 for col in table.T])

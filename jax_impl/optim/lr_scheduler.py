@@ -91,6 +91,8 @@ class _HostSequence:
     """``schedule(k) -> float`` on the host; a traced ``k`` goes through ``jax.pure_callback``."""
 
     is_host_schedule = True
+    # A pure function of k: optimizers may tabulate it when their step is traced (see _base).
+    tabulable = True
 
     def value(self, k: int) -> float:
         raise NotImplementedError
@@ -164,6 +166,7 @@ class TorchSchedule(_HostSequence):
 class _PerEpoch(_HostSequence):
     def __init__(self, schedule: Callable[[int], float], steps_per_epoch: int) -> None:
         self.schedule, self.steps_per_epoch = schedule, steps_per_epoch
+        self.tabulable = bool(getattr(schedule, "tabulable", False))
 
     def value(self, k: int) -> float:
         return float(self.schedule(k // self.steps_per_epoch))

@@ -80,10 +80,10 @@ def test_foreign_scalar_state_takes_the_callback(name, field, factor):
 
 # Counts around the ends of the tables (default betas converge at ~16.6k counts in
 # float32), past them, and near int32's end.
-COUNTS = [0, 1, 63, 64, 1000, 16_000, 16_700, 20_000, 32_767, 32_768, 100_000, 2**31 - 2]
+COUNTS = [0, 64, 16_700, 20_000, 32_768, 100_000, 2**31 - 2]
 
 
-@H.examples(12)
+@H.examples(8)
 @given(
     name=st.sampled_from(["adam", "adamax", "nadam", "radam"]),
     kwargs=H.adam_family_kwargs(),
