@@ -152,19 +152,35 @@ def _use_direct(w, x_shape=None, out_size=None):
     return x_shape[0] * out_size[0] * out_size[1] * taps * w.shape[0] >= _DIRECT_MIN_WORK
 
 
+# Independent partial sums in the fused loop: one running sum of all 75 taps is a chain of
+# dependent multiply-adds per output, which bounds the loop by FMA latency (LeNet conv1,
+# 256x3x32x32: 9.6 ms with one sum, 6.2/6.1/5.9/5.5/8.3 ms with 2/3/4/5/8 sums).
+_DIRECT_PARTIAL_SUMS = 5
+
+
 def _direct_2d(x, w, stride, pads, dilation):
-    """sum over (c, i, j) of w[:, c, i, j] * shifted x: XLA fuses it into one loop."""
+    """sum over (c, i, j) of w[:, c, i, j] * shifted x: XLA fuses it into one loop.
+
+    The taps are summed in ``min(kw, 5)`` partial sums, tap ``(c, i, j)`` into
+    partial sum ``j % n`` in (c, i, j) order, and the partial sums are added
+    in order at the end.
+    """
     xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
     kh, kw = w.shape[2:]
     out = [(xp.shape[2 + a] - dilation[a] * (k - 1) - 1) // stride[a] + 1 for a, k in enumerate((kh, kw))]
-    acc = None
+    n_partial = min(kw, _DIRECT_PARTIAL_SUMS)
+    partial = [None] * n_partial
     for c in range(w.shape[1]):
         for i in range(kh):
             for j in range(kw):
                 r0, c0 = i * dilation[0], j * dilation[1]
                 xs = xp[:, None, c, r0:r0 + stride[0] * (out[0] - 1) + 1:stride[0], c0:c0 + stride[1] * (out[1] - 1) + 1:stride[1]]
                 t = w[None, :, c, i, j, None, None] * xs
-                acc = t if acc is None else acc + t
+                k = j % n_partial
+                partial[k] = t if partial[k] is None else partial[k] + t
+    acc = partial[0]
+    for p in partial[1:]:
+        acc = acc + p
     return acc
 
 
