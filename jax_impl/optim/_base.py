@@ -280,10 +280,11 @@ _CHECK_EVERY = 64  # counts between convergence checks while tabulating
 class _ScalarTable(NamedTuple):
     """Host scalars of counts ``0 .. len(rows) - 1``, as constants for the device.
 
-    ``rows[k]``: the scalar vector of count ``k``; ``new_state[k]`` /
-    ``old_state[k]``: the float32 scalar state after / before that step.
-    Columns that never change are kept once (``fixed``), only the others per
-    row. ``converged``: rows past the last equal the last.
+    Row ``k`` holds count ``k``'s scalar vector and its float32 scalar state
+    after and before that step (``[new..., old...]``). Columns that never
+    change are stored once (``fixed_*``, with zeros where a column varies),
+    the others per row (``rows``, ``states``). ``converged``: every count
+    past the last row has the last row's values.
     """
 
     fixed_rows: np.ndarray  # (n_scalars,) the row's constant columns (varying ones 0)
@@ -324,13 +325,15 @@ def _scalar_table(host: Callable[[int, dict[str, np.float32]], tuple[dict[str, f
                   converges: bool) -> _ScalarTable | None:
     """Runs the host maths ``host(count, state)`` for counts ``0, 1, ...`` from the initial scalar state.
 
-    Stops at ``_TABLE_STEPS`` rows (``_OPEN_TABLE_STEPS`` unless ``converges``), or
-    (``converges``) at a count whose
+    Stops after ``_TABLE_STEPS`` rows (``_OPEN_TABLE_STEPS`` unless
+    ``converges``), at the first count whose host maths raises (the callback
+    raises it again at run time), or, if ``converges``, at a count whose
     scalars equal their limit (step ``2**62``, same scalar state) in ``dtype``
     and whose scalar state is a fixed point: the optimizer's monotone scalars
     never change again, and that row serves every later count. The limit is
     checked every ``_CHECK_EVERY`` counts (the table may end a little after
-    the first converged count; those rows are the limit row too).
+    the first converged count; those rows equal the limit row too).
+    Returns ``None`` if not even count 0 can be computed.
     """
     state = {k: np.float32(v) for k, v in initial_state.items()}
     state_names = list(initial_state)
