@@ -107,3 +107,28 @@ def test_converged_row_serves_every_later_step(name, kwargs, momentum_decay, dty
             jit_out = step(arrays.grads[0], state, params)
             eager_out = tx.step(arrays.grads[0], state, params)
             _assert_bitwise(H.to_numpy(jit_out), H.to_numpy(eager_out))
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_lr_scheduler_schedule_table_then_callback(name, monkeypatch):
+    """torch's schedulers (optim.lr_scheduler) are tabulated too; past a 7-step table, the callback."""
+    from jax_impl.optim import lr_scheduler
+
+    monkeypatch.setattr(_base, "_OPEN_TABLE_STEPS", 7)
+    kwargs = {**STEP_DEPENDENT.get(name, {"lr": 0.1, "momentum": 0.9}),
+              "lr": lr_scheduler.cosine_annealing_lr(0.05, T_max=9)}
+    jit_out, eager_out = _jit_and_eager(name, kwargs, "float32", steps=20)
+    _assert_bitwise(jit_out, eager_out)
+
+
+def test_one_cycle_past_total_steps_still_raises():
+    """The table ends where torch's scheduler raises; stepping on reaches the callback, which raises."""
+    from jax_impl.optim import lr_scheduler, sgd
+
+    tx = sgd(lr=lr_scheduler.one_cycle_lr(0.01, 0.1, total_steps=3), momentum=0.9)
+    params = {"w": jnp.ones(3)}
+    state, step = tx.init(params), jax.jit(tx.step)
+    for _ in range(4):  # counts 0..3: torch's OneCycleLR allows total_steps + 1 lr values
+        params, state = step(params, state, params)
+    with pytest.raises(Exception, match="total steps"):
+        jax.block_until_ready(step(params, state, params))
