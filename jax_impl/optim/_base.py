@@ -209,12 +209,9 @@ def torch_optimizer(
         if traced_names or not all(getattr(hyper[k], "tabulable", False) for k in host_names):
             return callback()
         if dtype not in tables:
-            def host(count: int, old: dict[str, np.float32]):
-                values = dict(constant_hyper)
-                values.update({k: float(hyper[k](count)) for k in host_names})
-                return host_scalars(count + 1, values, old)
-
-            tables[dtype] = _scalar_table(host, scalar_names, scalar_state, dtype, converges and not host_names)
+            tables[dtype] = _scalar_table(lambda k, old: evaluate_host(k, [], old), scalar_names,
+                                          [np.float32(v) for v in scalar_state.values()], dtype,
+                                          converges and not host_names)
         if tables[dtype] is None:
             return callback()
         return tables[dtype].lookup(count, sstate, callback)
@@ -320,8 +317,8 @@ class _ScalarTable(NamedTuple):
         return lax.cond(ok, lambda: result, callback)
 
 
-def _scalar_table(host: Callable[[int, dict[str, np.float32]], tuple[dict[str, float], dict[str, Any]]],
-                  names: list[str], initial_state: dict[str, float], dtype: np.dtype,
+def _scalar_table(host: Callable[[int, list[np.float32]], tuple[dict[str, float], list[np.float32]]],
+                  names: list[str], initial_state: list[np.float32], dtype: np.dtype,
                   converges: bool) -> _ScalarTable | None:
     """Runs the host maths ``host(count, state)`` for counts ``0, 1, ...`` from the initial scalar state.
 
@@ -335,34 +332,27 @@ def _scalar_table(host: Callable[[int, dict[str, np.float32]], tuple[dict[str, f
     the first converged count; those rows equal the limit row too).
     Returns ``None`` if not even count 0 can be computed.
     """
-    state = {k: np.float32(v) for k, v in initial_state.items()}
-    state_names = list(initial_state)
+    state = list(initial_state)
     rows: list[list[float]] = []
     states: list[list[np.float32]] = []
     converged = False
-    limit_bits: dict[tuple[int, ...], tuple[int, ...]] = {}
     for count in range(_TABLE_STEPS if converges else min(_TABLE_STEPS, _OPEN_TABLE_STEPS)):
         try:
             scalars, new = host(count, state)
         except Exception:  # noqa: BLE001 - e.g. OneCycleLR past total_steps: the callback raises it at that step
             break
-        new = {k: np.float32(new[k]) for k in state_names}
         rows.append([scalars[k] for k in names])
-        states.append([new[k] for k in state_names] + [state[k] for k in state_names])
-        if converges and count % _CHECK_EVERY == 0:
-            state_bits = _bits([state[k] for k in state_names])
-            if _bits([new[k] for k in state_names]) == state_bits:
-                if state_bits not in limit_bits:
-                    limit, _ = host(_LIMIT_STEP - 1, state)
-                    limit_bits[state_bits] = _bits(np.array([limit[k] for k in names], dtype=dtype))
-                if _bits(np.array(rows[-1], dtype=dtype)) == limit_bits[state_bits]:
-                    converged = True
-                    break
+        states.append(new + state)
+        if converges and count % _CHECK_EVERY == 0 and _bits(new) == _bits(state):
+            limit, _ = host(_LIMIT_STEP - 1, state)
+            if _bits(np.array([limit[k] for k in names], dtype=dtype)) == _bits(np.array(rows[-1], dtype=dtype)):
+                converged = True
+                break
         state = new
     if not rows:
         return None
     table = np.array(rows, dtype=dtype)
-    state_table = np.array(states, dtype=np.float32).reshape(len(rows), 2 * len(state_names))
+    state_table = np.array(states, dtype=np.float32).reshape(len(rows), 2 * len(initial_state))
     varying = np.flatnonzero([len(set(_bits(col))) > 1 for col in table.T])
     varying_states = np.flatnonzero([len(set(_bits(col))) > 1 for col in state_table.T])
     fixed_rows = table[0].copy()

@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["TorchOps", "get_sqrt_mode", "get_sqrt_table", "lerp_branch", "runtime_zero", "set_sqrt_mode", "set_sqrt_table",
-           "torch_sqrt"]
+__all__ = ["TorchOps", "get_sqrt_mode", "get_sqrt_table", "lerp_branch", "lerp_branch_of_one_minus", "runtime_zero",
+           "set_sqrt_mode", "set_sqrt_table", "torch_sqrt"]
 
 _INT_OF_WIDTH = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
 
@@ -55,6 +55,11 @@ def lerp_branch(weight: Any) -> bool | None:
         return None
     small32, small64 = abs(np.float32(weight)) < 0.5, abs(np.float64(weight)) < 0.5
     return bool(small64) if small32 == small64 else None
+
+
+def lerp_branch_of_one_minus(beta: Any) -> bool | None:
+    """:func:`lerp_branch` of the lerp weight ``1 - beta`` (``None`` when ``beta`` is a schedule)."""
+    return lerp_branch(None if callable(beta) else 1 - beta)
 
 
 def runtime_zero(count: jax.Array) -> jax.Array:

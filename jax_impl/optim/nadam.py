@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._ops import lerp_branch
+from jax_impl.optim._ops import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative
@@ -55,7 +55,7 @@ def nadam(
       decoupled_weight_decay: NAdamW-style ``p ← p(1 - γλ)``.
     """
     beta1, beta2 = betas
-    small_weight = lerp_branch(None if callable(beta1) else 1 - beta1)
+    small_weight = lerp_branch_of_one_minus(beta1)
     check_adam_family(lr, eps, betas, weight_decay)
     check_non_negative(momentum_decay, "Invalid momentum_decay value: {}")
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._ops import lerp_branch
+from jax_impl.optim._ops import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 from jax_impl.optim._validation import check_non_negative
@@ -53,7 +53,7 @@ def rmsprop(
     check_non_negative(momentum, "Invalid momentum value: {}")
     check_non_negative(weight_decay, "Invalid weight_decay value: {}")
     check_non_negative(alpha, "Invalid alpha value: {}")
-    small_weight = lerp_branch(None if callable(alpha) else 1 - alpha)
+    small_weight = lerp_branch_of_one_minus(alpha)
     check_torch_only_flags(capturable=capturable, foreach=foreach, differentiable=differentiable)
     use_momentum = callable(momentum) or momentum > 0
 
