@@ -93,17 +93,18 @@ def test_logits_and_every_layer_match_torch(name, train):
 
 
 @pytest.mark.parametrize("name", _params(MODELS))
-def test_one_sgd_step_matches_torch(name, request):
-    if name == "resnet18":
-        # Open (issues #8/#10), found 2026-11-23 on an AMD EPYC, jaxlib 0.10.2: in this jitted step the stem
-        # conv's weight gradient is 3.1e-3 off float64 (torch float32: 6.1e-6), while the same gradient
-        # without jit is 3.1e-6 off (every other parameter <= 1.3e-5 both ways). Not BatchNorm's sums
-        # (blocked sums changed nothing), not XNNPACK/oneDNN (flags changed nothing); disabling XLA's YNNPACK
-        # reduce fusion makes the eager gradient 3.1e-3 off too: some XLA:CPU float32 reduction.
-        request.applymarker(pytest.mark.xfail(reason="XLA:CPU jit: stem conv weight gradient 3.1e-3 off float64",
-                                              strict=False))
-    t, j, x = _pair(name, seed=1)
-    y = np.random.default_rng(1).integers(0, 10, x.shape[0])
+def test_one_sgd_step_matches_torch(name):
+    # ResNet-18 runs on seed 6. On seeds 1, 3 and 5 (of 1..8) some value entering a ReLU is closer to zero
+    # than float32 rounding (seed 1: 3.4e-7 in float64 at layer4.1's output, whose largest value is 5.9;
+    # torch float32 computes it as 1.2e-5), so its sign, hence the ReLU mask, depends on the summation order
+    # of the convolutions before it. A flipped mask moves one term of a BatchNorm sum over 16 (layer4) to
+    # 1024 (layer1) values and every gradient below it: 1.5e-2 to 6.3e-2 off (seed 1 flips with XLA's
+    # strided stem conv, not with a space-to-depth rewrite of it; seeds 3 and 5 flip with both). Seed 1's
+    # flip was first taken for an XLA:CPU accuracy bug. On the other five seeds the largest error measured
+    # 6.5e-6 to 1.07e-5 (seed 6: 7.1e-6 with either stem).
+    seed = 6 if name == "resnet18" else 1
+    t, j, x = _pair(name, seed=seed)
+    y = np.random.default_rng(seed).integers(0, 10, x.shape[0])
     t.train()
     opt = torch.optim.SGD(t.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     loss = torch.nn.functional.cross_entropy(t(torch.tensor(x)), torch.tensor(y))
