@@ -1,13 +1,16 @@
 """XLA:CPU settings that jax_impl needs for torch parity, applied when ``jax_impl`` is imported.
 
 jaxlib 0.10's XLA:CPU hands convolutions with more than 16 channels to
-YNNPACK. In a full ResNet-18 train step those convolutions' weight
-gradients came out up to 9% off torch's (and off float64), while each layer
-alone, and the same graph with YNNPACK convolutions off, agree to ~1e-5
-(tests/models/test_models.py); YNNPACK's weight-gradient convolution is also
-7-20x slower (benchmarks/conv_speed.py). So ``jax_impl`` switches YNNPACK
-convolutions off with
-``--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``.
+YNNPACK, whose weight-gradient convolutions are 7-20x slower than XLA's own
+(Eigen) ones on these shapes (benchmarks/conv_speed.py); a whole train step
+with them on measured 4.4x slower for LeNet (batch 256: 104.7 vs 23.6 ms) and
+1.25x for ResNet-18 (batch 4, 224x224: 618.7 vs 496.0 ms). So ``jax_impl``
+switches YNNPACK convolutions off with
+``--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``. (They
+were first switched off as inaccurate, 9% off torch in a ResNet-18 step;
+that was a ReLU mask flipping at a value closer to zero than float32
+rounding, see tests/models/test_models.py. On inputs without such near-ties
+their gradients agree with torch's as closely as Eigen's.)
 
 XLA reads ``XLA_FLAGS`` once, when the CPU backend starts, and aborts on
 unknown flags: the flag is added only if the installed jaxlib knows it
@@ -73,7 +76,7 @@ def configure_cpu() -> bool:
     if _backend_started():
         warnings.warn(
             "jax's CPU backend started before jax_impl was imported, so XLA's YNNPACK convolutions stay on; "
-            "their weight gradients were seen to differ from torch by up to 9% in a ResNet. Import jax_impl "
+            "their weight gradients make a LeNet train step ~4x slower. Import jax_impl "
             f"before running any jax computation, or set XLA_FLAGS={YNN_FLAG}.",
             RuntimeWarning,
             stacklevel=3,
