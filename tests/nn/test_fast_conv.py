@@ -143,17 +143,31 @@ def test_forward_mode():
         np.testing.assert_allclose(np.asarray(jvp), np.asarray(F.conv2d(x, tw, padding=pad)), rtol=1e-5, atol=1e-5)
 
 
+_YNN_CHECK = """
+import jax, jax.numpy as jnp
+from jax_impl.nn import _fast_conv as FC
+assert FC._YNN_CONVS
+x, w, g = jnp.zeros((32, 3, 16, 16)), jnp.zeros((6, 3, 5, 5)), jnp.zeros((32, 6, 12, 12))
+def hlo(fn):
+    return jax.jit(lambda w, g: jax.vjp(lambda v: fn(x, v), w)[1](g)).lower(w, g).compile().as_text()
+print("ours", "__ynn_fusion" in hlo(lambda a, b: FC._ynn_free_conv(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1))))
+print("plain", "__ynn_fusion" in hlo(lambda a, b: FC._plain(a, b, (1, 1), [(0, 0), (0, 0)], (1, 1))))
+"""
+
+
 def test_weight_grad_leaves_ynn():
-    """The compiled weight gradient of a LeNet-sized conv has no YNNPACK fusion (jax's own rule has one)."""
-    x = jnp.zeros((32, 3, 16, 16))
-    w = jnp.zeros((6, 3, 5, 5))
-    g = jnp.zeros((32, 6, 12, 12))
+    """With YNNPACK convolutions left on (the user's XLA_FLAGS), the compiled weight gradient of a
+    LeNet-sized conv has no YNNPACK fusion (jax's own rule has one). In a subprocess: the test process
+    has them off (jax_impl/_xla_cpu.py)."""
+    import os
+    import subprocess
+    import sys
 
-    def hlo(fn):
-        return jax.jit(lambda w, g: jax.vjp(lambda v: fn(x, v), w)[1](g)).lower(w, g).compile().as_text()
-
-    assert "__ynn_fusion" not in hlo(lambda a, b: FC._ynn_free_conv(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1)))
-    if "__ynn_fusion" not in hlo(lambda a, b: FC._plain(a, b, (1, 1), [(0, 0), (0, 0)], (1, 1))):
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=+individual_convolution")
+    r = subprocess.run([sys.executable, "-c", _YNN_CHECK], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "ours False" in r.stdout, r.stdout
+    if "plain True" not in r.stdout:
         pytest.skip("this XLA no longer sends the plain weight-gradient conv to YNNPACK")
 
 
