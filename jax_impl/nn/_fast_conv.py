@@ -28,6 +28,12 @@ stage at 64x64 input: 3x3 convs on 2x2 images) is written as im2col and one
 GEMM (``lax.dot_general``), its gradients by jax's rules for those ops: XLA's
 Eigen convolution takes 400+ ms for a 32x512x2x2 3x3 conv that the GEMM does
 in ~6 ms (torch: 7 ms), and its strided backward at 4x4 takes 115 ms vs 6 ms.
+So is a conv whose batch has no more output pixels than it has output
+channels (ResNet-18's last stage at 224x224 and batch 4: 4*7*7 <= 512): its
+column matrix is then no larger than its weight, and the GEMM reads the OIHW
+weight in place, where XLA's convolution copies it into Eigen's HWIO layout
+(and, for the gradients, copies it again and copies the weight gradient
+back), which in a whole step costs more than the column matrix.
 
 If the process was started with YNNPACK convolutions off
 (``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``,
@@ -190,12 +196,27 @@ def _out_size(x_shape, w_shape, stride, pads, dilation) -> tuple[int, int]:
 
 
 def _use_gemm(x_shape, w_shape, stride, pads, dilation) -> bool:
-    """Output image no larger than the kernel: XLA's convolution is pathologically slow there."""
+    """im2col + GEMM on CPU when either
+
+    - the output image is no larger than the kernel: XLA's convolution is
+      pathologically slow there; or
+    - the batch has no more output pixels than the conv has output channels
+      (``N*Ho*Wo <= C_out``), i.e. the column matrix (``N*Ho*Wo x C*kH*kW``)
+      is no larger than the weight (``C_out x C*kH*kW``): XLA's convolution
+      first copies the OIHW weight into Eigen's HWIO layout (for the input
+      gradient a second time, and the weight gradient back), while the GEMM
+      reads the weight in place as a ``C_out x C*kH*kW`` matrix. Such a copy
+      of a 512x512x3x3 weight, with a convolution running beside it, cost
+      more than that layer's own GEMM (ResNet-18's last stage at 224x224,
+      batch 4: inference 115.6 -> 93.6 ms, train step 403 -> 380 ms).
+    """
     if jax.default_backend() != "cpu":
         return False
     taps = w_shape[2] * w_shape[3]
     ho, wo = _out_size(x_shape, w_shape, stride, pads, dilation)
-    return taps > 1 and ho * wo <= taps
+    if taps > 1 and ho * wo <= taps:
+        return True
+    return 0 < x_shape[0] * ho * wo <= w_shape[0]
 
 
 def _gemm_2d(x, w, stride, pads, dilation):

@@ -46,6 +46,8 @@ _CASES = [
     (2, 6, 16, 24, (4, 3), (3, 3), 2, 1, 1, 1, False),     # strided GEMM route
     (2, 5, 8, 8, (1, 1), (3, 3), 1, 1, 1, 1, False),       # 1x1 image (ResNet at 32x32, last stage)
     (2, 4, 6, 7, (5, 5), (3, 2), (2, 1), (1, 0), (2, 2), 1, True),  # dilated GEMM route
+    (2, 1, 6, 20, (4, 4), (3, 3), 1, 1, 1, 1, True),       # GEMM route: N*Ho*Wo <= C_out (weight-sized)
+    (2, 2, 8, 12, (4, 4), (1, 1), 2, 0, 1, 1, False),      # ... for a strided 1x1 downsample
     (2, 3, 2, 4, (6, 6), (3, 3), 1, 1, 1, 1, True),        # small: jax's own rule
     (2, 0, 2, 4, (6, 6), (3, 3), 1, 1, 1, 1, False),       # unbatched (N=0 means no batch axis)
     (1, 20, 3, 5, (17,), (4,), 2, 1, 1, 1, True),
@@ -114,7 +116,7 @@ def test_float32_matches_torch(case):
     assert max(errs) <= 1e-5, errs
 
 
-@pytest.mark.parametrize("case", _CASES[:8] + _CASES[10:15] + _CASES[-1:], ids=[str(i) for i in range(14)])
+@pytest.mark.parametrize("case", _CASES[:8] + _CASES[10:17] + _CASES[-1:], ids=[str(i) for i in range(16)])
 def test_float64_matches_torch(case):
     with jax.enable_x64(True):
         errs = _run(case, np.float64)
@@ -126,7 +128,11 @@ def test_routes():
     assert FC._use_gemm((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
     assert FC._use_gemm((32, 256, 4, 4), (512, 256, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1))  # strided, 2x2 out
     assert not FC._use_gemm((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
-    assert not FC._use_gemm((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))  # 1x1 kernel
+    assert FC._use_gemm((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))  # 32*2*2 <= 512
+    assert not FC._use_gemm((32, 128, 8, 8), (256, 128, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))  # 32*4*4 > 256
+    assert FC._use_gemm((4, 512, 7, 7), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # 224x224, last stage
+    assert not FC._use_gemm((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # 4*14*14 > 256
+    assert not FC._use_gemm((0, 512, 7, 7), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # empty batch
     assert FC._use_direct(jnp.zeros((6, 3, 5, 5))) and not FC._use_direct(jnp.zeros((16, 6, 5, 5)))
     assert FC._use_direct(jnp.zeros((6, 3, 5, 5)), (256, 3, 32, 32), (28, 28))  # LeNet conv1, batch 256
     assert not FC._use_direct(jnp.zeros((6, 1, 3, 3)), (16, 1, 8, 8), (8, 8))  # digits: too little work
