@@ -13,6 +13,41 @@ from pathlib import Path
 from typing import Any
 
 
+def time_blocks(groups: dict[str, dict[str, Callable[[], None]]], *, warmup: int, repeats: int,
+                rounds: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`time_calls` for several groups (frameworks), in ``rounds`` alternating blocks.
+
+    Each round times every group in turn for ``ceil(repeats / rounds)`` calls
+    of each of its calls (round-robin inside the group), so that a drift in
+    the machine's speed during the run hits every group alike, while calls of
+    different groups are never interleaved one by one (torch's OpenMP pool and
+    XLA's thread pool slow each other down when they alternate call by call).
+    Medians and minima are over all the samples of all rounds.
+    """
+    per_round = -(-repeats // rounds)
+    samples: dict[str, dict[str, list[float]]] = {g: {n: [] for n in calls} for g, calls in groups.items()}
+    warmup_s: dict[str, dict[str, float]] = {}
+    for r in range(rounds):
+        for g, calls in groups.items():
+            res = time_calls(calls, warmup=warmup if r == 0 else 1, repeats=per_round)
+            for n, v in res.items():
+                samples[g][n].extend(t / 1e3 for t in v["samples_ms"])
+                warmup_s.setdefault(g, {}).setdefault(n, v["warmup_s"])
+    return {
+        g: {
+            n: {
+                "median_ms": 1e3 * statistics.median(ts),
+                "min_ms": 1e3 * min(ts),
+                "max_ms": 1e3 * max(ts),
+                "warmup_s": warmup_s[g][n],
+                "samples_ms": [round(1e3 * t, 3) for t in ts],
+            }
+            for n, ts in by_name.items()
+        }
+        for g, by_name in samples.items()
+    }
+
+
 def time_calls(calls: dict[str, Callable[[], None]], *, warmup: int, repeats: int) -> dict[str, dict[str, Any]]:
     """Warm every call up, then time them round-robin ``repeats`` times.
 

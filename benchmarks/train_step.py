@@ -19,11 +19,13 @@ For each case:
 - ``infer``: forward in eval mode (torch under ``torch.no_grad``, JAX one
   jitted forward).
 
-Both frameworks start from the same weights (``parity.convert``), the JAX
-variants are warmed up (compilation excluded from the timings) and timed,
-then torch on its own (interleaving torch's OpenMP pool with XLA's thread
-pool slows both). Reported: median and min over ``--repeats`` calls, and the
-ratio torch time / JAX time (above 1: JAX is faster).
+Both frameworks start from the same weights (``parity.convert``) and are
+warmed up (compilation excluded from the timings). The ``--repeats`` calls
+are taken in 4 alternating blocks, JAX then torch, so that the shared host's
+speed drifting during the run hits both alike; calls of the two frameworks
+never alternate one by one (interleaving torch's OpenMP pool with XLA's
+thread pool slows both). Reported: median and min over the ``--repeats``
+calls, and the ratio torch time / JAX time (above 1: JAX is faster).
 
 Peak memory (unless ``--no-memory``): each framework runs the train step in
 a fresh subprocess that imports only that framework, for a few batch sizes;
@@ -62,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_info, ratio, time_calls, write_json  # noqa: E402
+from _common import machine_info, ratio, time_blocks, write_json  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "train_step.json"
 
@@ -72,6 +74,7 @@ CASES: dict[str, dict[str, Any]] = {
     "resnet18_b4_224": dict(model="resnet18", batch=4, image=224, classes=1000, memory_batches=(2, 4, 8)),
 }
 LR, MOMENTUM = 0.01, 0.9
+ROUNDS = 4  # alternating blocks of JAX and torch calls (time_blocks): the host's speed drifts within a run
 DEVICE = {"name": "cpu"}  # set by --device
 
 
@@ -212,8 +215,10 @@ def run_case(name: str, *, repeats: int) -> dict[str, Any]:
     torch_fns, torch_model = torch_calls(case, x, y)
     jax_fns = jax_calls(case, x, y, torch_model)
     result: dict[str, Any] = {"case": dict(case, memory_batches=list(case["memory_batches"]))}
-    jax_times = time_calls({k: jax_fns[k] for k in ("train", "infer")}, warmup=2, repeats=repeats)
-    torch_times = time_calls({k: torch_fns[k] for k in ("train", "infer")}, warmup=2, repeats=repeats)
+    times = time_blocks({"jax": {k: jax_fns[k] for k in ("train", "infer")},
+                         "torch": {k: torch_fns[k] for k in ("train", "infer")}},
+                        warmup=2, repeats=repeats, rounds=ROUNDS)
+    jax_times, torch_times = times["jax"], times["torch"]
     for mode in ("train", "infer"):
         result[mode] = {"torch": torch_times[mode], "jax": jax_times[mode],
                         "ratio": ratio(torch_times[mode], jax_times[mode])}
@@ -304,7 +309,7 @@ def run_memory(name: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases: " + ", ".join(CASES))
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")

@@ -216,7 +216,8 @@ def render_markdown(results_dir: Path | None = None) -> str:
     if machines:
         first = next(iter(machines.values()))
         lines += ["Machine: " + ", ".join(f"{k} {first[k]}" for k in (
-            "cpu", "logical_cores", "python", "jax", "jaxlib", "torch", "torch_threads", "platform") if k in first), ""]
+            "cpu", "logical_cores", "python", "jax", "jaxlib", "torch", "torch_threads", "torch_cpu_capability", "platform")
+            if k in first), ""]
     for name, data in loaded.items():
         if data is None:
             lines += [f"## {name}", "", f"Not measured (no `{name}.json`): {BENCHMARKS[name].about}.", ""]
