@@ -48,6 +48,25 @@ def _conv_cases(rng: np.random.Generator) -> Iterator[Case]:
                lambda jd, n=name, kw=kw, a=(c_in, c_out, k): getattr(jnn, n)(*a, **kw, dtype=jd), (2, c_in, *size), {})
 
 
+def _conv_route_cases(rng: np.random.Generator) -> Iterator[Case]:
+    """Conv2d at shapes that take jax_impl's CPU routes (jax_impl/nn/_fast_conv.py), batch as benchmarked:
+    the fused loop over flattened rows (LeNet conv1, stride 1; and strided), im2col + GEMM for
+    outputs no larger than the kernel (ResNet-18's last stage at 64x64) and for N*Ho*Wo <= C_out
+    (its last stage at 224x224, batch 4)."""
+    shapes = [  # (c_in, c_out, kernel, stride, padding, input shape)
+        (3, 6, 5, 1, 0, (256, 3, 32, 32)),
+        (3, 6, 5, 1, 2, (64, 3, 32, 32)),
+        (3, 8, 3, 2, 1, (256, 3, 32, 32)),
+        (512, 512, 3, 1, 1, (32, 512, 2, 2)),
+        (256, 512, 3, 2, 1, (32, 256, 4, 4)),
+        (512, 512, 3, 1, 1, (4, 512, 7, 7)),
+    ]
+    for c_in, c_out, k, st, pad, shape in shapes:
+        kw = dict(stride=st, padding=pad, bias=True)
+        yield ("Conv2d", lambda td, kw=kw, a=(c_in, c_out, k): torch.nn.Conv2d(*a, **kw, dtype=td),
+               lambda jd, kw=kw, a=(c_in, c_out, k): jnn.Conv2d(*a, **kw, dtype=jd), shape, {})
+
+
 def _conv_transpose_cases(rng: np.random.Generator) -> Iterator[Case]:
     produced = 0
     while produced < CONFIGS_PER_FAMILY:
@@ -133,6 +152,8 @@ def _activation_cases(rng: np.random.Generator) -> Iterator[Case]:
 
 FAMILIES: dict[str, Callable[[np.random.Generator], Iterator[Case]]] = {
     "Conv1d/2d/3d (stride, int/'same'/'valid' padding, dilation, groups, bias, 4 padding modes)": _conv_cases,
+    "Conv2d on jax_impl's CPU routes at benchmark shapes (fused loop: LeNet conv1 at batch 256/64, a strided one; "
+    "im2col + GEMM: ResNet-18's last stage at 64x64 and at 224x224, batch 4)": _conv_route_cases,
     "ConvTranspose1d/2d/3d (stride, padding, output_padding, groups, dilation, bias)": _conv_transpose_cases,
     "Linear": _linear_cases,
     "MaxPool/AvgPool 1-3d (ceil_mode, dilation, count_include_pad), adaptive pools": _pool_cases,
