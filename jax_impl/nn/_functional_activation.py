@@ -4,14 +4,20 @@ Forward formulas follow torch's CPU kernels (``aten/src/ATen/native/cpu/
 Activation.cpp``, ``UnaryOpsKernel.cpp``). Where JAX's derivative at a kink
 differs from torch's backward kernel, a ``custom_jvp`` supplies torch's:
 
-- ``relu``: ``x > 0 ? g : 0`` (0 at 0); forward ``clamp_min(x, 0)`` keeps NaN;
-- ``hardtanh`` / ``relu6``: ``(x <= min or x >= max) ? 0 : g``;
+- ``relu``: ``result <= 0 ? 0 : g`` on the result (0 at 0, g at a NaN input, +0 where
+  masked); forward ``clamp_min(x, 0)`` keeps NaN;
+- ``hardtanh`` / ``relu6``: ``(x <= min or x >= max) ? 0 : g`` (0 at a NaN input);
 - ``leaky_relu``: ``x > 0 ? g : g * slope``;
 - ``hardsigmoid``: ``-3 < x < 3 ? g / 6 : 0``;
-- ``hardswish``: ``x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : g``;
+- ``hardswish``: ``x <= -3 ? 0 : x >= 3 ? g : g * (x / 3 + 0.5)`` (NaN at a NaN input);
 - ``logsigmoid``: ``x < 0 ? 1 - z / (1 + z) : z / (1 + z)``, ``z = exp(-|x|)``;
 - ``celu``: the input scale ``1 / float32(alpha)``, as torch's derivative formula rounds it;
-- ``threshold``: ``x > threshold ? g : 0``.
+- ``threshold``: ``x <= threshold ? 0 : g`` (g at a NaN input).
+
+Masked gradients are a select, as in torch's kernels: ``+0`` whatever the incoming
+gradient's sign, never NaN. At a NaN input torch's vectorised CPU loops and its
+scalar loop (the last few elements of a tensor) disagree for hardtanh, relu6 and
+hardswish; these follow the vectorised loops, which cover all but that tail.
 
 ``inplace=`` is accepted and ignored: JAX arrays are immutable, the result is
 returned.
@@ -38,8 +44,13 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def _with_torch_grad(forward, derivative):
-    """``forward(x)`` whose derivative is ``derivative(x)`` (torch's backward kernel), via ``custom_jvp``."""
+def _with_torch_grad(forward, derivative=None, zero_where=None):
+    """``forward(x)`` with torch's backward kernel as its derivative, via ``custom_jvp``.
+
+    The tangent is ``zero_where(x) ? 0 : derivative(x) * t`` (``t`` itself without ``derivative``):
+    a select, as torch's kernels write it, so masked entries are ``+0`` whatever ``t`` holds
+    (a product with a 0/1 mask would give ``-0`` for a negative ``t`` and NaN for a NaN one).
+    """
 
     @jax.custom_jvp
     def f(x):
@@ -48,7 +59,14 @@ def _with_torch_grad(forward, derivative):
     @f.defjvp
     def f_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return forward(x), derivative(x) * t
+        if zero_where is None:
+            return forward(x), derivative(x) * t
+        zero, masked = _zero(x), zero_where(x)
+        if derivative is None:
+            return forward(x), jnp.where(masked, zero, t)
+        # Masked on both sides of the product, so that forward mode and its transpose (reverse
+        # mode, where the product comes last) both give +0: 0 * a negative derivative is -0.
+        return forward(x), jnp.where(masked, zero, derivative(x) * jnp.where(masked, zero, t))
 
     return f
 
@@ -61,11 +79,12 @@ def _one(x):
     return jnp.ones((), x.dtype)
 
 
-_relu = _with_torch_grad(lambda x: jnp.where(x <= 0, _zero(x), x), lambda x: jnp.where(x > 0, _one(x), _zero(x)))
+# torch: threshold_backward(grad, result, 0), `result <= 0 ? 0 : g`; result <= 0 exactly where x <= 0.
+_relu = _with_torch_grad(lambda x: jnp.where(x <= 0, _zero(x), x), zero_where=lambda x: x <= 0)
 
 
 def relu(input, inplace: bool = False):
-    """``max(x, 0)``, NaN kept; gradient 0 at 0 as torch's ``threshold_backward``."""
+    """``max(x, 0)``, NaN kept; gradient ``result <= 0 ? 0 : g`` as torch's ``threshold_backward(g, result, 0)``."""
     return _relu(jnp.asarray(input))
 
 
@@ -77,7 +96,9 @@ def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool =
     lo, hi = jnp.asarray(min_val, x.dtype), jnp.asarray(max_val, x.dtype)
     f = _with_torch_grad(
         lambda x: jnp.where(x < lo, lo, jnp.where(x > hi, hi, x)),
-        lambda x: jnp.where((x <= lo) | (x >= hi), _zero(x), _one(x)),
+        # torch's vectorised kernel: NaN input -> 0 (its scalar tail loop, for the last < 8 or 16
+        # elements, passes g instead; the vectorised loop covers all but that tail).
+        zero_where=lambda x: ~((x > lo) & (x < hi)),
     )
     return f(x)
 
@@ -179,7 +200,8 @@ def hardsigmoid(input, inplace: bool = False):
     f = _with_torch_grad(
         lambda x: jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6,
         # torch's kernel multiplies by one_sixth = 1.0f / 6.0f, a float32 constant even for float64.
-        lambda x: jnp.where((x > -3) & (x < 3), jnp.asarray(np.float32(1) / np.float32(6), x.dtype), _zero(x)),
+        lambda x: jnp.asarray(np.float32(1) / np.float32(6), x.dtype),
+        zero_where=lambda x: ~((x > -3) & (x < 3)),
     )
     return f(x)
 
@@ -189,7 +211,9 @@ def hardswish(input, inplace: bool = False):
     x = jnp.asarray(input)
     f = _with_torch_grad(
         lambda x: x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6,
-        lambda x: jnp.where(x <= -3, _zero(x), jnp.where(x < 3, x / 3 + 0.5, _one(x))),
+        # torch's vectorised kernel: NaN input -> NaN (g * (x / 3 + 0.5); its scalar tail passes g).
+        lambda x: jnp.where(x >= 3, _one(x), x / 3 + 0.5),
+        zero_where=lambda x: x <= -3,
     )
     return f(x)
 
@@ -221,10 +245,10 @@ def tanhshrink(input):
 
 
 def threshold(input, threshold: float, value: float, inplace: bool = False):
-    """``x > threshold ? x : value``; gradient ``x > threshold ? g : 0``."""
+    """``x > threshold ? x : value``; gradient ``x <= threshold ? 0 : g`` (g at a NaN input)."""
     x = jnp.asarray(input)
     t, v = jnp.asarray(threshold, x.dtype), jnp.asarray(value, x.dtype)
-    f = _with_torch_grad(lambda x: jnp.where(x > t, x, v), lambda x: jnp.where(x > t, _one(x), _zero(x)))
+    f = _with_torch_grad(lambda x: jnp.where(x > t, x, v), zero_where=lambda x: x <= t)
     return f(x)
 
 

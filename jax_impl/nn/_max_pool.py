@@ -18,7 +18,7 @@ memory (``_materialize.computed_once``), records each window's chosen offset,
 and the tangent selects that view's tangent. jax transposes it into
 
 - for windows that tile the input (stride == kernel, no padding: LeNet's
-  2x2/2), one elementwise select in the input's layout;
+  2x2/2), one elementwise select in the input's shape;
 - otherwise a sum of interior-padded gradients, accumulated from the last
   view to the first: for any input element that is exactly the outputs'
   row-major order, so the gradient is torch's bit for bit, the sign of zero
@@ -130,18 +130,24 @@ def _window_max_jvp(kernel, stride, pads, dilation, out, primals, tangents):
     zero = jnp.zeros((), x.dtype)
     never = runtime_false(x)
     if _tiles(kernel, stride, pads, dilation, x.shape, out):
-        # Tiled windows: the tangent is a masked sum over each window, read in the input's own
-        # layout (N, C, O1, K1, O2, K2, ...). Its transpose is then one elementwise select,
-        # g where chosen else 0, instead of a sum of interior-padded arrays. The second, never
-        # selecting term transposes to "+ 0", torch's `grad_input[i] += g` on zeros (-0 -> +0).
+        # Tiled windows: the tangent is a masked sum over each window, the mask built in the
+        # input's own shape (each window's choice repeated over its elements, compared with the
+        # element's offset in its window). Its transpose is then one elementwise select in the
+        # input's shape, g (upsampled) where chosen else 0: built on the (N, C, O1, K1, O2, K2, ...)
+        # split instead, XLA:CPU emitted it as a scalar loop over the innermost K (LeNet's 2x2
+        # pool gradient at 256x6x28x28: 1.73 -> 0.36 ms). The second, never selecting term
+        # transposes to "+ 0", torch's `grad_input[i] += g` on zeros (-0 -> +0).
         nd = len(kernel)
         split = x.shape[:2] + tuple(v for o, k in zip(out, kernel) for v in (o, k))
         win = tuple(3 + 2 * i for i in range(nd))
         offset = np.arange(int(np.prod(kernel)), dtype=np.int32).reshape(kernel)
         offset = offset.reshape(tuple(v for k in kernel for v in (1, k)))  # (1, K1, 1, K2, ...)
-        mask = jnp.expand_dims(choice, win) == offset
-        dx_r = dx.reshape(split)
-        dy = jnp.sum(jnp.where(mask, dx_r, zero), axis=win) + jnp.sum(jnp.where(never, dx_r, zero), axis=win)
+        offset = np.broadcast_to(offset, split[2:]).reshape(x.shape[2:])
+        chosen = choice
+        for axis, k in enumerate(kernel, start=2):
+            chosen = jnp.repeat(chosen, k, axis=axis)
+        selected = jnp.where(chosen == offset, dx, zero) + jnp.where(never, dx, zero)
+        dy = jnp.sum(selected.reshape(split), axis=win)
         return y, dy
     dxp = lax.pad(dx, zero, [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads])
     dviews = _views(dxp, kernel, stride, dilation, out)
