@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["computed_once", "runtime_false"]
+__all__ = ["computed_once", "kept_in_memory", "runtime_false"]
 
 
 def runtime_false(x: jax.Array) -> jax.Array:
@@ -34,3 +34,24 @@ def computed_once(fn: Callable[..., Any], key: jax.Array, *args: Any) -> Any:
         jnp.logical_not(runtime_false(key)), fn,
         lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out), *args,
     )
+
+
+@jax.custom_jvp
+def _kept(x: jax.Array) -> jax.Array:
+    return computed_once(lambda a: a, x, x)
+
+
+@_kept.defjvp
+def _kept_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    # One cond for both: jax splits it into the primal's and the (linear) tangent's; the latter
+    # transposes into a cond that keeps the cotangent in memory too.
+    return computed_once(lambda a, b: (a, b), x, x, t)
+
+
+def kept_in_memory(x: jax.Array) -> jax.Array:
+    """``x`` materialized in its logical (row-major) layout, and under differentiation its
+    tangent and cotangent too, for a consumer that reads it several times (traced, CPU only)."""
+    if not isinstance(x, jax.core.Tracer) or jax.default_backend() != "cpu":
+        return x
+    return _kept(x)

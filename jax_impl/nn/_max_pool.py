@@ -19,11 +19,13 @@ and the tangent selects that view's tangent. jax transposes it into
 
 - for windows that tile the input (stride == kernel, no padding: LeNet's
   2x2/2), one elementwise select in the input's shape;
-- otherwise a sum of interior-padded gradients, accumulated from the last
-  view to the first: for any input element that is exactly the outputs'
-  row-major order, so the gradient is torch's bit for bit, the sign of zero
-  included (a never-selecting term adds torch's initial ``+0``, as long as the
-  input is traced, as in a train step).
+- otherwise (overlapping, padded or dilated windows) one term per stride
+  phase shift (:func:`_phase_tangent`), each a select of the upsampled
+  gradient in the input's shape, accumulated from the earliest window to the
+  latest: for any input element that is exactly the outputs' row-major
+  order, so the gradient is torch's bit for bit, the sign of zero included (a
+  never-selecting term adds torch's initial ``+0``, as long as the input is
+  traced, as in a train step).
 
 This replaces ``lax.reduce_window``, whose gradient XLA:CPU lowers to a
 variadic reduce-window carrying one int32 index array per dimension plus a
@@ -149,13 +151,55 @@ def _window_max_jvp(kernel, stride, pads, dilation, out, primals, tangents):
         selected = jnp.where(chosen == offset, dx, zero) + jnp.where(never, dx, zero)
         dy = jnp.sum(selected.reshape(split), axis=win)
         return y, dy
-    dxp = lax.pad(dx, zero, [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads])
-    dviews = _views(dxp, kernel, stride, dilation, out)
-    # Never-selecting term first: its transpose, computed last, adds +0 to every element's
-    # gradient as torch's zero-initialised grad_input does (XLA may fold the zero padding of
-    # the other terms away, so they alone do not turn a lone -0 into +0).
-    spatial = tuple(range(2, x.ndim))
+    return y, _phase_tangent(dx, choice, kernel, stride, pads, dilation, out, never)
+
+
+def _phase_tangent(dx, choice, kernel, stride, pads, dilation, out, never):
+    """The tangent of overlapping (or strided, padded, dilated) windows, by stride phase.
+
+    The padded input is cut into blocks of ``stride`` elements per axis; the
+    element at tap ``k`` of window ``o`` lies in block ``o + (d*k) // s`` at
+    phase ``(d*k) % s``. For each block shift ``m`` (``0 <= m <= d*(K-1)//s``
+    per axis) one term selects, in the input's own shape, the elements that
+    are their window's choice for the window ``m`` blocks back, sums each
+    block (at most one such element) and shifts the block grid by ``m``. Its
+    transpose is a select of the upsampled, shifted gradient in the input's
+    shape, which XLA:CPU vectorises (the transposes of the strided views, a
+    sum of interior-padded arrays, ran as scalar loops: ResNet-18's 3x3/2 stem
+    pool at 4x64x112x112, forward and gradient, 13.0 -> 8.9 ms; the same bits).
+    Terms come in increasing ``m``, after the never-selecting one: the
+    transpose adds them in the reverse order, the earliest window (largest
+    ``m``) first and ``+0`` last, which is torch's row-major order of the
+    outputs for every input element.
+    """
+    nd = len(kernel)
+    zero = jnp.zeros((), dx.dtype)
+    reach = [(d * (k - 1)) // s for k, s, d in zip(kernel, stride, dilation)]
+    blocks = [o + r for o, r in zip(out, reach)]
+    size = [b * s for b, s in zip(blocks, stride)]
+    dxp = lax.pad(dx, zero, [(0, 0, 0), (0, 0, 0)] + [(lo, sz - n - lo, 0) for (lo, _), sz, n in zip(pads, size, dx.shape[2:])])
+    split = dx.shape[:2] + tuple(v for b, s in zip(blocks, stride) for v in (b, s))
+    win = tuple(3 + 2 * i for i in range(nd))
+    spatial = tuple(range(2, dx.ndim))
     dy = jnp.sum(jnp.where(never, dx, zero), axis=spatial, keepdims=True)
-    for t, dv in enumerate(dviews):
-        dy = dy + jnp.where(choice == t, dv, zero)
-    return y, dy
+    for shift in np.ndindex(*[r + 1 for r in reach]):
+        # Per axis, the tap at each phase of a block `shift` blocks after its window's first (-1: none).
+        taps = []
+        for m, k, s, d in zip(shift, kernel, stride, dilation):
+            tap = np.full(s, -1)
+            for kk in range(k):
+                if (d * kk) // s == m:
+                    tap[(d * kk) % s] = kk
+            taps.append(tap)
+        if any((t < 0).all() for t in taps):
+            continue
+        grids = np.meshgrid(*[np.tile(t, b) for t, b in zip(taps, blocks)], indexing="ij")
+        pattern = np.ravel_multi_index(np.where(np.all([g >= 0 for g in grids], axis=0), grids, 0), kernel)
+        pattern = np.where(np.all([g >= 0 for g in grids], axis=0), pattern, -1).astype(np.int32)
+        chosen = lax.pad(choice, np.int32(-2), [(0, 0, 0), (0, 0, 0)] + [(m, b - o - m, 0) for m, b, o in zip(shift, blocks, out)])
+        for axis, s in enumerate(stride, start=2):
+            chosen = jnp.repeat(chosen, s, axis=axis)
+        term = jnp.sum(jnp.where(chosen == pattern, dxp, zero).reshape(split), axis=win)
+        term = lax.slice(term, (0, 0) + tuple(shift), term.shape[:2] + tuple(m + o for m, o in zip(shift, out)))
+        dy = dy + term
+    return dy
