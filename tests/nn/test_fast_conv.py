@@ -153,6 +153,53 @@ def test_fused_loop_route_matches_torch(case, dtype, monkeypatch):
     assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
+# The packed input-gradient route (stride 1, few input channels) on a seeded grid, its work
+# threshold lifted: paddings 0, symmetric, asymmetric 'same', larger than the kernel (negative
+# pads of the gradient), 1xk and kx1 kernels, and a seeded grid; 15 of the 16 cases take the route
+# (the rest: kW = 1). Same bounds as the grids above; measured max 8.0e-7 (float32) and 2.3e-15
+# (float64).
+_PACKED_GRID = [
+    (2, 6, 6, 16, (14, 14), (5, 5), 1, 0, 1, 1, True),      # LeNet conv2, small batch
+    (2, 5, 3, 4, (9, 8), (3, 3), 1, 1, 1, 1, False),
+    (2, 4, 2, 5, (10, 9), (4, 2), 1, "same", 1, 1, True),   # even kernel: odd pad on the high side
+    (2, 3, 4, 3, (7, 9), (2, 3), 1, 4, 1, 1, False),        # padding beyond the kernel
+    (2, 5, 5, 7, (8, 8), (1, 4), 1, (0, 2), 1, 1, True),    # a row kernel
+    (2, 5, 5, 7, (8, 8), (4, 1), 1, (2, 0), 1, 1, False),   # a column kernel (kW = 1: not packed)
+]
+
+
+def _packed_random_cases(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        k = tuple(int(v) for v in rng.integers(1, 6, 2))
+        p = tuple(int(rng.integers(0, kk + 2)) for kk in k)  # up to one past the kernel
+        sp = tuple(max(k[i] - 2 * p[i], 1) + int(rng.integers(0, 9)) for i in range(2))
+        out.append((2, int(rng.choice([2, 5, 9])), int(rng.integers(1, 9)), int(rng.integers(1, 20)), sp, k,
+                    1, p, 1, 1, bool(rng.integers(0, 2))))
+    return out
+
+
+_PACKED_GRID += _packed_random_cases(10, seed=5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", _PACKED_GRID, ids=[str(i) for i in range(len(_PACKED_GRID))])
+def test_packed_input_grad_route_matches_torch(case, dtype, monkeypatch):
+    monkeypatch.setattr(FC, "_PACKED_DX_MIN_WORK", 0)
+    monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 1 << 62)
+    taken = []
+    packed = FC._packed_input_grad
+    monkeypatch.setattr(FC, "_packed_input_grad", lambda *a: taken.append(a[1].shape) or packed(*a))
+    gemm = []
+    gemm_2d = FC._gemm_2d
+    monkeypatch.setattr(FC, "_gemm_2d", lambda *a: gemm.append(1) or gemm_2d(*a))
+    with jax.enable_x64(dtype == np.float64):
+        errs = _run(case, dtype)
+    assert bool(taken) == (case[5][1] > 1 and not gemm and not FC._YNN_CONVS), (taken, case)
+    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
+
+
 def test_routes():
     """Each shape takes the route the benchmarks chose for it."""
     assert FC._use_gemm((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
@@ -166,6 +213,9 @@ def test_routes():
     assert FC._use_direct(jnp.zeros((6, 3, 5, 5))) and not FC._use_direct(jnp.zeros((16, 6, 5, 5)))
     assert FC._use_direct(jnp.zeros((6, 3, 5, 5)), (256, 3, 32, 32), (28, 28))  # LeNet conv1, batch 256
     assert not FC._use_direct(jnp.zeros((6, 1, 3, 3)), (16, 1, 8, 8), (8, 8))  # digits: too little work
+    assert FC._use_packed_dx((256, 6, 14, 14), (16, 6, 5, 5), (1, 1), (1, 1), (10, 10))  # LeNet conv2
+    assert not FC._use_packed_dx((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), (1, 1), (16, 16))  # many channels
+    assert not FC._use_packed_dx((256, 6, 14, 14), (16, 6, 5, 5), (2, 2), (1, 1), (5, 5))  # strided
 
 
 def test_forward_mode():
