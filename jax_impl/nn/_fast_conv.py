@@ -35,6 +35,13 @@ weight in place, where XLA's convolution copies it into Eigen's HWIO layout
 (and, for the gradients, copies it again and copies the weight gradient
 back), which in a whole step costs more than the column matrix.
 
+Two derivative rewrites keep XLA's forward and change only what reverse mode
+runs, through a ``custom_jvp`` whose tangent is the transpose of the wanted
+map (so forward mode still works): the input gradient of a stride-1 conv
+with few input channels (LeNet conv2) packs the kernel's column taps into
+the channels of a kH x 1 conv (``_packed_input_grad``), and the fused loop's
+weight gradient is summed over batch chunks of 16 (``_weight_grad_2d``).
+
 If the process was started with YNNPACK convolutions off
 (``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``,
 the better fix: Eigen on the plain weight-gradient conv is ~2-3x faster than
