@@ -238,7 +238,7 @@ def print_table(results: dict[str, Any], probed: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=20, help="timed calls per variant (>= 15 recommended)")
+    parser.add_argument("--repeats", type=int, default=40, help="timed calls per variant (>= 15 recommended; 40 by default: the shared host moves single medians by 10-40%%)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (the first compiles)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write results (default {DEFAULT_JSON})")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
