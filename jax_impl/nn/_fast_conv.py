@@ -35,12 +35,14 @@ weight in place, where XLA's convolution copies it into Eigen's HWIO layout
 (and, for the gradients, copies it again and copies the weight gradient
 back), which in a whole step costs more than the column matrix.
 
-Two derivative rewrites keep XLA's forward and change only what reverse mode
+Three derivative rewrites keep XLA's forward and change only what reverse mode
 runs, through a ``custom_jvp`` whose tangent is the transpose of the wanted
 map (so forward mode still works): the input gradient of a stride-1 conv
 with few input channels (LeNet conv2) packs the kernel's column taps into
-the channels of a kH x 1 conv (``_packed_input_grad``), and the fused loop's
-weight gradient is summed over batch chunks of 16 (``_weight_grad_2d``).
+the channels of a kH x 1 conv (``_packed_input_grad``), the fused loop's
+weight gradient is summed over batch chunks of 16 (``_weight_grad_2d``), and
+the weight gradient of a strided conv over a batch of at most 4 splits the
+input into its stride phases, a stride-1 weight gradient (``_phase_weight_grad``).
 
 If the process was started with YNNPACK convolutions off
 (``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``,
@@ -384,6 +386,77 @@ def _packed_dx_conv_jvp(stride, pads, dilation, primals, tangents):
 _packed_dx_conv.defjvp(_packed_dx_conv_jvp, symbolic_zeros=True)
 
 
+# The weight gradient of a strided conv over a small batch (ResNet-18's 7x7/2 stem at 224x224,
+# batch 4): jax's rule is a convolution whose feature dimension is the batch and whose window is
+# the output gradient dilated by the stride, which Eigen runs slowly with so few features (stem,
+# 4x3x224x224: 21-41 ms; torch 5.8 ms). Split into the stride's phases (x[..., S*h+a, S*w+b] as
+# S*S extra channels), it is a stride-1 weight gradient with an undilated window and a
+# ceil(k/S)-wide kernel: the same products, summed by Eigen in the same order (bit-identical
+# here), in 14-22 ms. With 8 images or more the split loses (stem at 8x3x224x224: 23.7 -> 25.7
+# ms; 32x3x64x64: 6.3 -> 8.3 ms), so it is taken for batches of at most 4; and only for outputs
+# of at least 28x28 with a kernel wider than 1 (ResNet-18 at 224, batch 4, weight gradient alone:
+# layer 2's 3x3/2 conv 6.7 -> 5.3 ms, but layer 3's, on a 14x14 output, 4.1 -> 5.1 ms and the 1x1/2
+# downsamples 1.4 -> 1.7 and 0.9 -> 1.5 ms). ResNet-18 224 train step, medians of 25 in-process
+# A/B runs on the AVX-512 host of 2026-11-25: 422.9 -> 409.5, 384.5 -> 378.3, 457.4 -> 431.2 ms.
+_PHASE_DW_MAX_BATCH = 4
+_PHASE_DW_MIN_PIXELS = 28 * 28
+_PHASE_DW = True
+
+
+def _use_phase_dw(x_shape, w_shape, stride, dilation, out_size) -> bool:
+    return (_PHASE_DW and not _YNN_CONVS and jax.default_backend() == "cpu"
+            and 0 < x_shape[0] <= _PHASE_DW_MAX_BATCH and max(stride) > 1 and dilation == (1, 1)
+            and min(w_shape[2:]) > 1 and out_size[0] * out_size[1] >= _PHASE_DW_MIN_PIXELS)
+
+
+def _phase_weight_grad(x, g, kernel, stride, pads):
+    """dW[o, c, S0*p+a, S1*q+b] = sum_{n,h,w} g[n, o, h, w] * xph[n, (c, a, b), h+p, w+q], cropped to ``kernel``.
+
+    ``xph[n, (c, a, b), h', w'] = xpad[n, c, S0*h'+a, S1*w'+b]``: the padded input split into its
+    stride phases (zero beyond the image), so the sum is a stride-1 weight-gradient conv.
+    """
+    n, c = x.shape[:2]
+    o = g.shape[1]
+    out = g.shape[2:]
+    kp = [-(-kernel[a] // stride[a]) for a in range(2)]  # taps per phase
+    span = [stride[a] * (out[a] + kp[a] - 1) for a in range(2)]  # padded extent, a multiple of the stride
+    xp = lax.pad(x, jax.numpy.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0)) + tuple(
+        (pads[a][0], span[a] - x.shape[2 + a] - pads[a][0], 0) for a in range(2)))
+    hq, wq = out[0] + kp[0] - 1, out[1] + kp[1] - 1
+    xph = xp.reshape(n, c, hq, stride[0], wq, stride[1]).transpose(0, 1, 3, 5, 2, 4)
+    xph = xph.reshape(n, c * stride[0] * stride[1], hq, wq)
+    d = lax.conv_general_dilated(xph, g, (1, 1), [(0, 0), (0, 0)], dimension_numbers=("CNHW", "IOHW", "CNHW"),
+                                 precision=_HIGHEST)  # (O, C*S0*S1, kp0, kp1)
+    d = d.reshape(o, c, stride[0], stride[1], kp[0], kp[1]).transpose(0, 1, 4, 2, 5, 3)
+    return d.reshape(o, c, kp[0] * stride[0], kp[1] * stride[1])[:, :, :kernel[0], :kernel[1]]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _phase_dw_conv(x, w, stride, pads, dilation):
+    """XLA's conv forward; reverse mode takes ``_phase_weight_grad`` for the weight gradient."""
+    return _plain(x, w, stride, list(pads), dilation)
+
+
+def _phase_dw_conv_jvp(stride, pads, dilation, primals, tangents):
+    # The weight tangent is the linear map whose transpose is ``_phase_weight_grad`` (see
+    # ``_packed_dx_conv_jvp``); the input tangent is XLA's conv.
+    x, w = primals
+    dx, dw = tangents
+    y = _plain(x, w, stride, list(pads), dilation)
+    out = None
+    if type(dx) is not SymbolicZero:
+        out = _plain(dx, w, stride, list(pads), dilation)
+    if type(dw) is not SymbolicZero:
+        fwd = jax.linear_transpose(lambda g: _phase_weight_grad(x, g, w.shape[2:], stride, pads),
+                                   jax.ShapeDtypeStruct(y.shape, y.dtype))
+        (t,) = fwd(dw)
+        out = t if out is None else out + t
+    return y, (jax.numpy.zeros_like(y) if out is None else out)
+
+
+_phase_dw_conv.defjvp(_phase_dw_conv_jvp, symbolic_zeros=True)
+
+
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _ynn_free_conv(x, w, stride, pads, dilation):
     """Plain forward; weight gradient kept away from YNNPACK (only when XLA_FLAGS left its convs on)."""
@@ -413,6 +486,8 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     Routes, all computing the same sums (see the module docstring): im2col +
     GEMM for outputs no larger than the kernel; the fused loop for tiny
     kernels (its derivatives are XLA's conv rules, forward mode included);
+    the packed input gradient (stride 1, few input channels) and the
+    phase-split weight gradient (strided, batch <= 4), both ``custom_jvp``;
     the YNNPACK-free weight gradient when XLA_FLAGS left YNNPACK convs on
     (reverse mode only); XLA's convolution otherwise, and on GPU/TPU.
     """
@@ -427,6 +502,9 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     if (_use_packed_dx(x.shape, w.shape, stride, dilation, _out_size(x.shape, w.shape, stride, pads, dilation))
             and isinstance(x, jax.core.Tracer)):
         return _packed_dx_conv(x, w, stride, pads, dilation)
+    if (_use_phase_dw(x.shape, w.shape, stride, dilation, _out_size(x.shape, w.shape, stride, pads, dilation))
+            and isinstance(x, jax.core.Tracer)):
+        return _phase_dw_conv(x, w, stride, pads, dilation)
     if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
         return _ynn_free_conv(x, w, stride, pads, dilation)
     return _plain(x, w, stride, list(pads), dilation)

@@ -202,6 +202,52 @@ def test_packed_input_grad_route_matches_torch(case, dtype, monkeypatch):
     assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
+# The phase-split weight-gradient route (strided convs over batches of at most 4), its output-size
+# threshold lifted: ResNet's stem, 3x3/2, unequal strides, a kernel smaller than the stride in one
+# axis, padding beyond the kernel, high padding cropped, and a seeded grid; every case takes the
+# route unless the GEMM route does. Same bounds as the grids above; measured max 5.7e-7 (float32)
+# and 1.7e-15 (float64).
+_PHASE_GRID = [
+    (2, 4, 3, 8, (30, 30), (7, 7), 2, 3, 1, 1, False),      # ResNet stem, small
+    (2, 2, 5, 6, (15, 15), (3, 3), 2, 1, 1, 1, True),       # 3x3/2, odd size: high padding cropped
+    (2, 3, 4, 5, (17, 13), (4, 3), (3, 2), (2, 0), 1, 1, False),  # unequal strides, kernel % stride != 0
+    (2, 1, 2, 3, (12, 14), (2, 5), (3, 2), (1, 3), 1, 1, True),   # kernel below the stride in H
+    (2, 4, 3, 4, (9, 11), (3, 3), 2, 4, 1, 1, False),       # padding beyond the kernel
+]
+
+
+def _phase_random_cases(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        k = tuple(int(v) for v in rng.integers(2, 8, 2))
+        s = tuple(int(v) for v in rng.integers(2, 5, 2))
+        p = tuple(int(rng.integers(0, kk // 2 + 2)) for kk in k)
+        sp = tuple(max(k[i] - 2 * p[i], 1) + int(rng.integers(0, 12)) for i in range(2))
+        out.append((2, int(rng.integers(1, 5)), int(rng.integers(1, 7)), int(rng.integers(1, 12)), sp, k, s, p, 1, 1,
+                    bool(rng.integers(0, 2))))
+    return out
+
+
+_PHASE_GRID += _phase_random_cases(10, seed=7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", _PHASE_GRID, ids=[str(i) for i in range(len(_PHASE_GRID))])
+def test_phase_weight_grad_route_matches_torch(case, dtype, monkeypatch):
+    monkeypatch.setattr(FC, "_PHASE_DW_MIN_PIXELS", 0)
+    taken = []
+    phase = FC._phase_weight_grad
+    monkeypatch.setattr(FC, "_phase_weight_grad", lambda *a: taken.append(a[3]) or phase(*a))
+    gemm = []
+    gemm_2d = FC._gemm_2d
+    monkeypatch.setattr(FC, "_gemm_2d", lambda *a: gemm.append(1) or gemm_2d(*a))
+    with jax.enable_x64(dtype == np.float64):
+        errs = _run(case, dtype)
+    assert bool(taken) == (not gemm and not FC._YNN_CONVS), (taken, case)
+    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
+
+
 def test_routes():
     """Each shape takes the route the benchmarks chose for it."""
     assert FC._use_gemm((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
@@ -218,6 +264,12 @@ def test_routes():
     assert FC._use_packed_dx((256, 6, 14, 14), (16, 6, 5, 5), (1, 1), (1, 1), (10, 10))  # LeNet conv2
     assert not FC._use_packed_dx((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), (1, 1), (16, 16))  # many channels
     assert not FC._use_packed_dx((256, 6, 14, 14), (16, 6, 5, 5), (2, 2), (1, 1), (5, 5))  # strided
+    assert FC._use_phase_dw((4, 3, 224, 224), (64, 3, 7, 7), (2, 2), (1, 1), (112, 112))  # ResNet-18 224 stem, batch 4
+    assert FC._use_phase_dw((4, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1), (28, 28))  # ... layer 2's 3x3/2
+    assert not FC._use_phase_dw((4, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1), (14, 14))  # ... layer 3's: 14x14
+    assert not FC._use_phase_dw((4, 64, 56, 56), (128, 64, 1, 1), (2, 2), (1, 1), (28, 28))  # 1x1 downsample
+    assert not FC._use_phase_dw((8, 3, 224, 224), (64, 3, 7, 7), (2, 2), (1, 1), (112, 112))  # batch 8
+    assert not FC._use_phase_dw((4, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), (56, 56))  # stride 1
 
 
 def test_forward_mode():
