@@ -247,34 +247,27 @@ def _use_gemm(x_shape, w_shape, stride, pads, dilation) -> bool:
     return 0 < x_shape[0] * ho * wo <= w_shape[0]
 
 
+def _columns(x, kernel, stride, pads, dilation):
+    """im2col: ``(N, C, kH*kW, Ho, Wo)``, tap ``(i, j)`` the strided view of the padded input, and ``(Ho, Wo)``."""
+    kh, kw = kernel
+    xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+    ho, wo = _out_size(x.shape, (0, x.shape[1], kh, kw), stride, pads, dilation)
+    cols = [
+        xp[:, :, i * dilation[0]:i * dilation[0] + stride[0] * (ho - 1) + 1:stride[0],
+           j * dilation[1]:j * dilation[1] + stride[1] * (wo - 1) + 1:stride[1]]
+        for i in range(kh) for j in range(kw)
+    ]
+    return jax.numpy.stack(cols, axis=2), (ho, wo)
+
+
 def _gemm_2d(x, w, stride, pads, dilation):
     """im2col then one GEMM: y[n, o, p] = sum_k patches[n, k, p] * w[o, k], k = (c, i, j) in torch's weight order."""
     n, c = x.shape[:2]
     o, _, kh, kw = w.shape
-    xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
-    ho, wo = _out_size(x.shape, w.shape, stride, pads, dilation)
-    cols = [
-        xp[:, :, i * dilation[0]:i * dilation[0] + stride[0] * (ho - 1) + 1:stride[0],
-           j * dilation[1]:j * dilation[1] + stride[1] * (wo - 1) + 1:stride[1]]
-        for i in range(kh) for j in range(kw)
-    ]
-    patches = jax.numpy.stack(cols, axis=2).reshape(n, c * kh * kw, ho * wo)
+    cols, (ho, wo) = _columns(x, (kh, kw), stride, pads, dilation)
+    patches = cols.reshape(n, c * kh * kw, ho * wo)
     y = lax.dot_general(patches, w.reshape(o, c * kh * kw), (((1,), (1,)), ((), ())), precision=_HIGHEST)
     return jax.numpy.transpose(y, (0, 2, 1)).reshape(n, o, ho, wo)
-
-
-def _im2col_t(x, kernel, stride, pads, dilation):
-    """The column matrix transposed, ``(C*kH*kW, N*Ho*Wo)``: row k = (c, i, j) in torch's weight order."""
-    n, c = x.shape[:2]
-    kh, kw = kernel
-    xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
-    ho, wo = _out_size(x.shape, (0, c, kh, kw), stride, pads, dilation)
-    cols = [
-        xp[:, :, i * dilation[0]:i * dilation[0] + stride[0] * (ho - 1) + 1:stride[0],
-           j * dilation[1]:j * dilation[1] + stride[1] * (wo - 1) + 1:stride[1]]
-        for i in range(kh) for j in range(kw)
-    ]
-    return jax.numpy.stack(cols, axis=2).transpose(1, 2, 0, 3, 4).reshape(c * kh * kw, n * ho * wo), (ho, wo)
 
 
 # The GEMM route's forward as W (C_out x K) @ columns (K x N*Ho*Wo), both operands row-major: the
@@ -289,9 +282,11 @@ _GEMM_T_FWD = True
 
 
 def _gemm_2d_t(x, w, stride, pads, dilation):
-    n = x.shape[0]
+    """W (C_out x K) @ the transposed column matrix (K x N*Ho*Wo), k = (c, i, j) in torch's weight order."""
+    n, c = x.shape[:2]
     o = w.shape[0]
-    cols, (ho, wo) = _im2col_t(x, w.shape[2:], stride, pads, dilation)
+    cols, (ho, wo) = _columns(x, w.shape[2:], stride, pads, dilation)
+    cols = cols.transpose(1, 2, 0, 3, 4).reshape(c * w.shape[2] * w.shape[3], n * ho * wo)
     y = lax.dot_general(w.reshape(o, -1), cols, (((1,), (0,)), ((), ())), precision=_HIGHEST)  # (O, N*Ho*Wo)
     return y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
 
@@ -303,19 +298,32 @@ def _gemm_conv(x, w, stride, pads, dilation):
 
 
 def _gemm_conv_jvp(stride, pads, dilation, primals, tangents):
-    x, w = primals
-    dx, dw = tangents
-    y = _gemm_2d_t(x, w, stride, pads, dilation)
+    (x, w), (dx, dw) = primals, tangents
+    return _bilinear_jvp(_gemm_2d_t(x, w, stride, pads, dilation), dx, dw,
+                         lambda t: _gemm_2d(t, w, stride, pads, dilation),
+                         lambda t: _gemm_2d(x, t, stride, pads, dilation))
+
+
+_gemm_conv.defjvp(_gemm_conv_jvp, symbolic_zeros=True)
+
+
+def _bilinear_jvp(y, dx, dw, input_tangent, weight_tangent):
+    """``(y, input_tangent(dx) + weight_tangent(dw))`` for a conv's custom_jvp, symbolic zeros skipped
+    (an input that is not differentiated, such as the images, costs no conv of zeros)."""
     out = None
     if type(dx) is not SymbolicZero:
-        out = _gemm_2d(dx, w, stride, pads, dilation)
+        out = input_tangent(dx)
     if type(dw) is not SymbolicZero:
-        t = _gemm_2d(x, dw, stride, pads, dilation)
+        t = weight_tangent(dw)
         out = t if out is None else out + t
     return y, (jax.numpy.zeros_like(y) if out is None else out)
 
 
-_gemm_conv.defjvp(_gemm_conv_jvp, symbolic_zeros=True)
+def _transpose_of(linear_fn, y, v):
+    """``linear_fn``'s transpose applied to ``v``, ``linear_fn`` taking arrays shaped like ``y``: as a
+    tangent map, reverse mode (which transposes it back) runs ``linear_fn`` itself."""
+    (t,) = jax.linear_transpose(linear_fn, jax.ShapeDtypeStruct(y.shape, y.dtype))(v)
+    return t
 
 
 def _direct_once(x, w, stride, pads, dilation):
@@ -334,20 +342,13 @@ def _direct_conv(x, w, stride, pads, dilation):
 
 
 def _direct_conv_jvp(stride, pads, dilation, primals, tangents):
-    # Symbolic zeros: an input that is not differentiated (the images) costs no conv of zeros.
-    x, w = primals
-    dx, dw = tangents
+    (x, w), (dx, dw) = primals, tangents
     y = _direct_once(x, w, stride, pads, dilation)
-    out = None
-    if type(dx) is not SymbolicZero:
-        out = _plain(dx, w, stride, list(pads), dilation)
-    if type(dw) is not SymbolicZero:
-        if _chunks_weight_grad(x.shape, dw.shape):
-            t = _chunked_weight_tangent(x, dw, y, stride, pads, dilation)
-        else:
-            t = _plain(x, dw, stride, list(pads), dilation)
-        out = t if out is None else out + t
-    return y, (jax.numpy.zeros_like(y) if out is None else out)
+    if _chunks_weight_grad(x.shape, w.shape):
+        weight_tangent = lambda t: _chunked_weight_tangent(x, t, y, stride, pads, dilation)  # noqa: E731
+    else:
+        weight_tangent = lambda t: _plain(x, t, stride, list(pads), dilation)  # noqa: E731
+    return _bilinear_jvp(y, dx, dw, lambda t: _plain(t, w, stride, list(pads), dilation), weight_tangent)
 
 
 # The fused loop's weight gradient, batch cut into chunks of 16 (``_weight_grad_2d``'s chunked
@@ -363,10 +364,7 @@ def _chunks_weight_grad(x_shape, w_shape) -> bool:
 
 def _chunked_weight_tangent(x, dw, y, stride, pads, dilation):
     """conv(x, dw): the linear map whose transpose (reverse mode) is ``_weight_grad_2d``'s chunked sum."""
-    fwd = jax.linear_transpose(lambda g: _weight_grad_2d(x, g, dw.shape[2:], stride, pads, dilation),
-                               jax.ShapeDtypeStruct(y.shape, y.dtype))
-    (t,) = fwd(dw)
-    return t
+    return _transpose_of(lambda g: _weight_grad_2d(x, g, dw.shape[2:], stride, pads, dilation), y, dw)
 
 
 _direct_conv.defjvp(_direct_conv_jvp, symbolic_zeros=True)
@@ -424,18 +422,10 @@ def _packed_dx_conv_jvp(stride, pads, dilation, primals, tangents):
     # The input tangent is the linear map whose transpose is ``_packed_input_grad``, so reverse
     # mode (which transposes the tangent map) runs the packed input gradient; forward mode gets
     # the same map, its sums in another order.
-    x, w = primals
-    dx, dw = tangents
+    (x, w), (dx, dw) = primals, tangents
     y = _plain(x, w, stride, list(pads), dilation)
-    out = None
-    if type(dx) is not SymbolicZero:
-        fwd = jax.linear_transpose(lambda g: _packed_input_grad(g, w, x.shape, pads),
-                                   jax.ShapeDtypeStruct(y.shape, y.dtype))
-        (out,) = fwd(dx)
-    if type(dw) is not SymbolicZero:
-        t = _plain(x, dw, stride, list(pads), dilation)
-        out = t if out is None else out + t
-    return y, (jax.numpy.zeros_like(y) if out is None else out)
+    return _bilinear_jvp(y, dx, dw, lambda t: _transpose_of(lambda g: _packed_input_grad(g, w, x.shape, pads), y, t),
+                         lambda t: _plain(x, t, stride, list(pads), dilation))
 
 
 _packed_dx_conv.defjvp(_packed_dx_conv_jvp, symbolic_zeros=True)
@@ -495,18 +485,10 @@ def _phase_dw_conv(x, w, stride, pads, dilation):
 def _phase_dw_conv_jvp(stride, pads, dilation, primals, tangents):
     # The weight tangent is the linear map whose transpose is ``_phase_weight_grad`` (see
     # ``_packed_dx_conv_jvp``); the input tangent is XLA's conv.
-    x, w = primals
-    dx, dw = tangents
+    (x, w), (dx, dw) = primals, tangents
     y = _plain(x, w, stride, list(pads), dilation)
-    out = None
-    if type(dx) is not SymbolicZero:
-        out = _plain(dx, w, stride, list(pads), dilation)
-    if type(dw) is not SymbolicZero:
-        fwd = jax.linear_transpose(lambda g: _phase_weight_grad(x, g, w.shape[2:], stride, pads),
-                                   jax.ShapeDtypeStruct(y.shape, y.dtype))
-        (t,) = fwd(dw)
-        out = t if out is None else out + t
-    return y, (jax.numpy.zeros_like(y) if out is None else out)
+    return _bilinear_jvp(y, dx, dw, lambda t: _plain(t, w, stride, list(pads), dilation),
+                         lambda t: _transpose_of(lambda g: _phase_weight_grad(x, g, w.shape[2:], stride, pads), y, t))
 
 
 _phase_dw_conv.defjvp(_phase_dw_conv_jvp, symbolic_zeros=True)
@@ -550,15 +532,13 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     pads = tuple(tuple(p) for p in pads)
     if _use_gemm(x.shape, w.shape, stride, pads, dilation):
         return _gemm_conv(x, w, stride, pads, dilation) if _GEMM_T_FWD and x.size else _gemm_2d(x, w, stride, pads, dilation)
-    if (_use_direct(w, x.shape, _out_size(x.shape, w.shape, stride, pads, dilation))
-            and all(p >= 0 for pp in pads for p in pp) and isinstance(x, jax.core.Tracer)):
+    out_size = _out_size(x.shape, w.shape, stride, pads, dilation)
+    if _use_direct(w, x.shape, out_size) and all(p >= 0 for pp in pads for p in pp) and isinstance(x, jax.core.Tracer):
         # Traced only: run eagerly, the loop would be 75 dispatches (and compiles) instead of one op.
         return _direct_conv(x, w, stride, pads, dilation)
-    if (_use_packed_dx(x.shape, w.shape, stride, dilation, _out_size(x.shape, w.shape, stride, pads, dilation))
-            and isinstance(x, jax.core.Tracer)):
+    if _use_packed_dx(x.shape, w.shape, stride, dilation, out_size) and isinstance(x, jax.core.Tracer):
         return _packed_dx_conv(x, w, stride, pads, dilation)
-    if (_use_phase_dw(x.shape, w.shape, stride, dilation, _out_size(x.shape, w.shape, stride, pads, dilation))
-            and isinstance(x, jax.core.Tracer)):
+    if _use_phase_dw(x.shape, w.shape, stride, dilation, out_size) and isinstance(x, jax.core.Tracer):
         return _phase_dw_conv(x, w, stride, pads, dilation)
     if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
         return _ynn_free_conv(x, w, stride, pads, dilation)

@@ -110,6 +110,14 @@ def _run(case, dtype):
     return errs
 
 
+def _spy(monkeypatch, name, record=lambda *a: 1):
+    """Wrap ``FC.<name>`` so that each call appends ``record(*args)`` to the returned list."""
+    calls = []
+    original = getattr(FC, name)
+    monkeypatch.setattr(FC, name, lambda *a: calls.append(record(*a)) or original(*a))
+    return calls
+
+
 @pytest.mark.parametrize("case", _ALL, ids=[str(i) for i in range(len(_ALL))])
 def test_float32_matches_torch(case):
     errs = _run(case, np.float32)
@@ -144,9 +152,7 @@ _DIRECT_GRID = [
 @pytest.mark.parametrize("case", _DIRECT_GRID, ids=[str(i) for i in range(len(_DIRECT_GRID))])
 def test_fused_loop_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 0)
-    taken = []
-    once = FC._direct_once
-    monkeypatch.setattr(FC, "_direct_once", lambda *a: taken.append(a[2]) or once(*a))
+    taken = _spy(monkeypatch, "_direct_once", lambda *a: a[2])
     with jax.enable_x64(dtype == np.float64):
         errs = _run(case, dtype)
     stride = case[6] if isinstance(case[6], tuple) else (case[6],) * 2
@@ -190,12 +196,8 @@ _PACKED_GRID += _packed_random_cases(10, seed=5)
 def test_packed_input_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_PACKED_DX_MIN_WORK", 0)
     monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 1 << 62)
-    taken = []
-    packed = FC._packed_input_grad
-    monkeypatch.setattr(FC, "_packed_input_grad", lambda *a: taken.append(a[1].shape) or packed(*a))
-    gemm = []
-    gemm_2d = FC._gemm_2d
-    monkeypatch.setattr(FC, "_gemm_2d", lambda *a: gemm.append(1) or gemm_2d(*a))
+    taken = _spy(monkeypatch, "_packed_input_grad", lambda *a: a[1].shape)
+    gemm = _spy(monkeypatch, "_gemm_2d")
     with jax.enable_x64(dtype == np.float64):
         errs = _run(case, dtype)
     assert bool(taken) == (case[5][1] > 1 and not gemm and not FC._YNN_CONVS), (taken, case)
@@ -236,12 +238,8 @@ _PHASE_GRID += _phase_random_cases(10, seed=7)
 @pytest.mark.parametrize("case", _PHASE_GRID, ids=[str(i) for i in range(len(_PHASE_GRID))])
 def test_phase_weight_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_PHASE_DW_MIN_PIXELS", 0)
-    taken = []
-    phase = FC._phase_weight_grad
-    monkeypatch.setattr(FC, "_phase_weight_grad", lambda *a: taken.append(a[3]) or phase(*a))
-    gemm = []
-    gemm_2d = FC._gemm_2d
-    monkeypatch.setattr(FC, "_gemm_2d", lambda *a: gemm.append(1) or gemm_2d(*a))
+    taken = _spy(monkeypatch, "_phase_weight_grad", lambda *a: a[3])
+    gemm = _spy(monkeypatch, "_gemm_2d")
     with jax.enable_x64(dtype == np.float64):
         errs = _run(case, dtype)
     assert bool(taken) == (not gemm and not FC._YNN_CONVS), (taken, case)
