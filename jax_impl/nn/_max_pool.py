@@ -194,8 +194,8 @@ def _phase_tangent(dx, choice, kernel, stride, pads, dilation, out, never):
         if any((t < 0).all() for t in taps):
             continue
         grids = np.meshgrid(*[np.tile(t, b) for t, b in zip(taps, blocks)], indexing="ij")
-        pattern = np.ravel_multi_index(np.where(np.all([g >= 0 for g in grids], axis=0), grids, 0), kernel)
-        pattern = np.where(np.all([g >= 0 for g in grids], axis=0), pattern, -1).astype(np.int32)
+        valid = np.all([g >= 0 for g in grids], axis=0)
+        pattern = np.where(valid, np.ravel_multi_index(np.where(valid, grids, 0), kernel), -1).astype(np.int32)
         chosen = lax.pad(choice, np.int32(-2), [(0, 0, 0), (0, 0, 0)] + [(m, b - o - m, 0) for m, b, o in zip(shift, blocks, out)])
         for axis, s in enumerate(stride, start=2):
             chosen = jnp.repeat(chosen, s, axis=axis)
