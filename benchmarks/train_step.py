@@ -21,11 +21,14 @@ For each case:
 
 Both frameworks start from the same weights (``parity.convert``) and are
 warmed up (compilation excluded from the timings). The ``--repeats`` calls
-are taken in 4 alternating blocks, JAX then torch, so that the shared host's
-speed drifting during the run hits both alike; calls of the two frameworks
-never alternate one by one (interleaving torch's OpenMP pool with XLA's
-thread pool slows both). Reported: median and min over the ``--repeats``
-calls, and the ratio torch time / JAX time (above 1: JAX is faster).
+are taken in 10 alternating rounds of blocks, JAX then torch, so that the
+shared host's speed drifting during the run hits both alike; calls of the two
+frameworks never alternate one by one (interleaving torch's OpenMP pool with
+XLA's thread pool slows both). Reported: median and min over the
+``--repeats`` calls, and the ratio torch time / JAX time (above 1: JAX is
+faster), paired by round: the median over rounds of torch's block median over
+JAX's block median in the same round (``_common.paired_ratio``; the ratio of
+the overall medians is kept in the JSON as ``ratio_of_medians``).
 
 Peak memory (unless ``--no-memory``): each framework runs the train step in
 a fresh subprocess that imports only that framework, for a few batch sizes;
@@ -64,7 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_info, ratio, time_blocks, write_json  # noqa: E402
+from _common import machine_info, paired_ratio, ratio, time_blocks, write_json  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "train_step.json"
 
@@ -74,7 +77,7 @@ CASES: dict[str, dict[str, Any]] = {
     "resnet18_b4_224": dict(model="resnet18", batch=4, image=224, classes=1000, memory_batches=(2, 4, 8)),
 }
 LR, MOMENTUM = 0.01, 0.9
-ROUNDS = 4  # alternating blocks of JAX and torch calls (time_blocks): the host's speed drifts within a run
+ROUNDS = 10  # alternating blocks of JAX and torch calls (time_blocks): the host's speed drifts within a run
 DEVICE = {"name": "cpu"}  # set by --device
 
 
@@ -217,11 +220,12 @@ def run_case(name: str, *, repeats: int) -> dict[str, Any]:
     result: dict[str, Any] = {"case": dict(case, memory_batches=list(case["memory_batches"]))}
     times = time_blocks({"jax": {k: jax_fns[k] for k in ("train", "infer")},
                          "torch": {k: torch_fns[k] for k in ("train", "infer")}},
-                        warmup=2, repeats=repeats, rounds=ROUNDS)
+                        warmup=2, repeats=repeats, rounds=min(ROUNDS, repeats))
     jax_times, torch_times = times["jax"], times["torch"]
     for mode in ("train", "infer"):
         result[mode] = {"torch": torch_times[mode], "jax": jax_times[mode],
-                        "ratio": ratio(torch_times[mode], jax_times[mode])}
+                        "ratio": paired_ratio(torch_times[mode], jax_times[mode]),
+                        "ratio_of_medians": ratio(torch_times[mode], jax_times[mode])}
     return result
 
 

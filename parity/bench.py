@@ -113,7 +113,10 @@ def _section_train_step(data: dict[str, Any]) -> list[str]:
     lines = ["## Train step and inference", "",
              "Float32, random data, CrossEntropyLoss, SGD(lr=0.01, momentum=0.9). torch: eager; JAX: one "
              "`jax.jit` of the split model with the state donated. Bars (issue #10): train ratio >= 1.0 for "
-             "LeNet and >= 0.8 (time <= 1.25x torch's) for ResNet-18; inference >= 1.0.", "",
+             "LeNet and >= 0.8 (time <= 1.25x torch's) for ResNet-18; inference >= 1.0. Times are medians over "
+             "all calls; a ratio is paired by round (the calls run in alternating rounds of a JAX block and a "
+             "torch block): the median over rounds of torch's block median / JAX's, which cancels the shared "
+             "host's drift in speed between rounds.", "",
              "| case | train torch ms | train JAX ms | train ratio | infer torch ms | infer JAX ms | infer ratio |",
              "|---|---|---|---|---|---|---|"]
     for name, res in data["cases"].items():

@@ -88,3 +88,25 @@ def test_scripts_exist_and_document_themselves():
     for b in bench.BENCHMARKS.values():
         text = (folder / b.script).read_text()
         assert text.startswith('"""') and "--json" in text, b.script
+
+
+def _common():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "_common.py"
+    spec = importlib.util.spec_from_file_location("_bench_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_ratio_cancels_a_drift_between_rounds():
+    common = _common()
+    # A slow phase (2x) covers JAX's blocks of rounds 1-2 and torch's of round 1 only; the host
+    # is otherwise steady with torch 10 ms and JAX 11 ms.
+    ours = {"median_ms": 11.0, "round_medians_ms": [22.0, 22.0, 11.0, 11.0, 11.0]}
+    torch_t = {"median_ms": 10.0, "round_medians_ms": [20.0, 10.0, 10.0, 10.0, 10.0]}
+    assert common.paired_ratio(torch_t, ours) == pytest.approx(10 / 11)
+    with pytest.raises(ValueError):  # rounds must pair up
+        common.paired_ratio(torch_t, {"round_medians_ms": [11.0]})
