@@ -53,8 +53,9 @@ def _conv_route_cases(rng: np.random.Generator) -> Iterator[Case]:
     the fused loop over flattened rows (LeNet conv1, stride 1; and strided), the packed input
     gradient (LeNet conv2), im2col + GEMM for
     outputs no larger than the kernel (ResNet-18's last stage at 64x64) and for N*Ho*Wo <= C_out
-    (its last stage at 224x224, batch 4), and the phase-split weight gradient (a ResNet stem over
-    a batch of 2)."""
+    (its last stage at 224x224, batch 4), the GEMM forward with XLA's derivatives for
+    N*Ho*Wo <= 4*C_out (its third stage at 224x224, batch 4, and that stage's 1x1/2 downsample),
+    and the phase-split weight gradient (a ResNet stem over a batch of 2)."""
     shapes = [  # (c_in, c_out, kernel, stride, padding, input shape)
         (3, 6, 5, 1, 0, (256, 3, 32, 32)),
         (3, 6, 5, 1, 2, (64, 3, 32, 32)),
@@ -63,6 +64,8 @@ def _conv_route_cases(rng: np.random.Generator) -> Iterator[Case]:
         (512, 512, 3, 1, 1, (32, 512, 2, 2)),
         (256, 512, 3, 2, 1, (32, 256, 4, 4)),
         (512, 512, 3, 1, 1, (4, 512, 7, 7)),
+        (256, 256, 3, 1, 1, (4, 256, 14, 14)),
+        (128, 256, 1, 2, 0, (4, 128, 28, 28)),
         (3, 64, 7, 2, 3, (2, 3, 64, 64)),
     ]
     for c_in, c_out, k, st, pad, shape in shapes:
@@ -158,6 +161,7 @@ FAMILIES: dict[str, Callable[[np.random.Generator], Iterator[Case]]] = {
     "Conv1d/2d/3d (stride, int/'same'/'valid' padding, dilation, groups, bias, 4 padding modes)": _conv_cases,
     "Conv2d on jax_impl's CPU routes at benchmark shapes (fused loop: LeNet conv1 at batch 256/64, a strided one; "
     "packed input gradient: LeNet conv2 at batch 256; im2col + GEMM: ResNet-18's last stage at 64x64 and at 224x224, batch 4; "
+    "GEMM forward: its third stage at 224x224, batch 4, and a 1x1/2 downsample; "
     "phase-split weight gradient: a ResNet stem at batch 2)": _conv_route_cases,
     "ConvTranspose1d/2d/3d (stride, padding, output_padding, groups, dilation, bias)": _conv_transpose_cases,
     "Linear": _linear_cases,

@@ -33,7 +33,10 @@ channels (ResNet-18's last stage at 224x224 and batch 4: 4*7*7 <= 512): its
 column matrix is then no larger than its weight, and the GEMM reads the OIHW
 weight in place, where XLA's convolution copies it into Eigen's HWIO layout
 (and, for the gradients, copies it again and copies the weight gradient
-back), which in a whole step costs more than the column matrix.
+back), which in a whole step costs more than the column matrix. Up to four
+times as many output pixels as output channels (the third stage at 224x224,
+batch 4) only the forward is the GEMM (``_gemm_forward_conv``): there XLA's
+conv derivatives are the faster ones.
 
 Three derivative rewrites keep XLA's forward and change only what reverse mode
 runs, through a ``custom_jvp`` whose tangent is the transpose of the wanted
@@ -505,6 +508,43 @@ def _phase_dw_conv_jvp(stride, pads, dilation, primals, tangents):
 _phase_dw_conv.defjvp(_phase_dw_conv_jvp, symbolic_zeros=True)
 
 
+# The GEMM forward pays up to N*Ho*Wo = 4*C_out (ResNet-18's third stage at 224x224, batch 4:
+# 4*14*14 = 784 <= 4*256), but its derivatives (_gemm_2d's) cost more than XLA's there, so this
+# route keeps XLA's conv derivatives. ResNet-18 at 224x224, batch 4 (in-process A/B, AMD EPYC host
+# of 2026-11-25, medians of 20): inference 117.4 -> 105.8 ms (a second run, minima: 105.3 -> 94.9),
+# train step 412.3 -> 408.7 ms; at 64x64, batch 32 (its third stage also takes it): 71.6 / 72.5 ms
+# inference, 260.3 / 252.9 ms train step, within the noise. 16*C_out (the second stage at 64x64 as
+# well) measured slower: 77.7 ms inference.
+_GEMM_FWD_PIXELS_PER_CHANNEL = 4
+
+
+def _use_gemm_forward(x_shape, w_shape, out_size) -> bool:
+    """GEMM forward with XLA's conv derivatives: ``N*Ho*Wo <= 4*C_out`` on CPU, with YNNPACK convs off.
+
+    (With YNNPACK convs on, XLA's weight-gradient conv would go to YNNPACK:
+    ``_ynn_free_conv`` takes those convs.)
+    """
+    pixels = x_shape[0] * out_size[0] * out_size[1]
+    return (jax.default_backend() == "cpu" and not _YNN_CONVS
+            and 0 < pixels <= _GEMM_FWD_PIXELS_PER_CHANNEL * w_shape[0])
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _gemm_forward_conv(x, w, stride, pads, dilation):
+    """``_gemm_2d_t``'s forward; derivatives XLA's conv rules (the same bilinear map)."""
+    return _gemm_2d_t(x, w, stride, pads, dilation)
+
+
+def _gemm_forward_conv_jvp(stride, pads, dilation, primals, tangents):
+    (x, w), (dx, dw) = primals, tangents
+    return _bilinear_jvp(_gemm_2d_t(x, w, stride, pads, dilation), dx, dw,
+                         lambda t: _plain(t, w, stride, list(pads), dilation),
+                         lambda t: _plain(x, t, stride, list(pads), dilation))
+
+
+_gemm_forward_conv.defjvp(_gemm_forward_conv_jvp, symbolic_zeros=True)
+
+
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _ynn_free_conv(x, w, stride, pads, dilation):
     """Plain forward; weight gradient kept away from YNNPACK (only when XLA_FLAGS left its convs on)."""
@@ -532,7 +572,9 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     """The 2-D, ungrouped convolution of ``jax_impl.nn.functional.conv2d`` (no bias; ``pads`` as ``[(lo, hi)] * 2``).
 
     Routes, all computing the same sums (see the module docstring): im2col +
-    GEMM for outputs no larger than the kernel; the fused loop for tiny
+    GEMM for outputs no larger than the kernel (or batches with no more output
+    pixels than output channels); the GEMM forward with XLA's conv derivatives
+    up to 4x as many pixels as output channels; the fused loop for tiny
     kernels (its derivatives are XLA's conv rules, forward mode included);
     the packed input gradient (stride 1, few input channels) and the
     phase-split weight gradient (strided, batch <= 4), both ``custom_jvp``;
@@ -551,6 +593,8 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
         return _packed_dx_conv(x, w, stride, pads, dilation)
     if _use_phase_dw(x.shape, w.shape, stride, dilation, out_size) and isinstance(x, jax.core.Tracer):
         return _phase_dw_conv(x, w, stride, pads, dilation)
+    if _use_gemm_forward(x.shape, w.shape, out_size):
+        return _gemm_forward_conv(x, w, stride, pads, dilation)
     if _YNN_CONVS and jax.default_backend() == "cpu" and max(x.shape[0], w.shape[0]) > _YNN_FEATURE_THRESHOLD:
         return _ynn_free_conv(x, w, stride, pads, dilation)
     return _plain(x, w, stride, list(pads), dilation)

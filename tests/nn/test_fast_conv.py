@@ -246,6 +246,51 @@ def test_phase_weight_grad_route_matches_torch(case, dtype, monkeypatch):
     assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
+# The GEMM-forward route (N*Ho*Wo <= 4*C_out, not small enough for the full GEMM route): forward
+# by _gemm_2d_t, derivatives XLA's conv rules. ResNet-18's third stage at 224x224 scaled down,
+# its 3x3/2 and 1x1/2 entries, dilation, unequal strides, padding beyond the kernel, and a seeded
+# grid; every case takes the route. Same bounds as the grids above; measured max 7.0e-7 (float32)
+# and 9.8e-16 (float64).
+_GEMM_FWD_GRID = [
+    (2, 2, 8, 16, (5, 5), (3, 3), 1, 1, 1, 1, True),        # 3x3, stage 3 at 224 (4*14*14 <= 4*256)
+    (2, 3, 6, 24, (9, 9), (3, 3), 2, 1, 1, 1, False),       # its 3x3/2
+    (2, 3, 8, 24, (9, 9), (1, 1), 2, 0, 1, 1, False),       # its 1x1/2 downsample
+    (2, 2, 4, 20, (7, 6), (3, 2), (1, 2), (2, 1), (2, 1), 1, True),  # dilated, unequal strides
+    (2, 1, 3, 20, (4, 5), (3, 3), 1, 3, 1, 1, False),       # padding beyond the kernel
+]
+
+
+def _gemm_fwd_random_cases(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        k = tuple(int(v) for v in rng.integers(1, 5, 2))
+        s = tuple(int(v) for v in rng.integers(1, 3, 2))
+        p = tuple(int(rng.integers(0, kk // 2 + 1)) for kk in k)
+        sp = tuple(k[i] + int(rng.integers(0, 6)) for i in range(2))
+        n, cout = int(rng.integers(1, 4)), int(rng.integers(4, 40))
+        case = (2, n, int(rng.integers(1, 9)), cout, sp, k, s, p, 1, 1, bool(rng.integers(0, 2)))
+        ho, wo = FC._out_size((n, case[2]) + sp, (cout, case[2]) + k, s, tuple((q, q) for q in p), (1, 1))
+        if ho * wo > k[0] * k[1] and cout < n * ho * wo <= 4 * cout:
+            out.append(case)
+    return out
+
+
+_GEMM_FWD_GRID += _gemm_fwd_random_cases(10, seed=11)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", _GEMM_FWD_GRID, ids=[str(i) for i in range(len(_GEMM_FWD_GRID))])
+def test_gemm_forward_route_matches_torch(case, dtype, monkeypatch):
+    forward = _spy(monkeypatch, "_gemm_2d_t")
+    full_gemm = _spy(monkeypatch, "_gemm_2d")
+    plain = _spy(monkeypatch, "_plain")
+    with jax.enable_x64(dtype == np.float64):
+        errs = _run(case, dtype)
+    assert forward and not full_gemm and (plain or FC._YNN_CONVS), (case, forward, full_gemm, plain)
+    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
+
+
 def test_routes():
     """Each shape takes the route the benchmarks chose for it."""
     assert FC._use_gemm((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
@@ -256,6 +301,11 @@ def test_routes():
     assert FC._use_gemm((4, 512, 7, 7), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # 224x224, last stage
     assert not FC._use_gemm((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # 4*14*14 > 256
     assert not FC._use_gemm((0, 512, 7, 7), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # empty batch
+    assert FC._use_gemm_forward((4, 256, 14, 14), (256, 256, 3, 3), (14, 14))  # 224x224, stage 3: 784 <= 4*256
+    assert FC._use_gemm_forward((4, 128, 28, 28), (256, 128, 1, 1), (14, 14))  # ... its 1x1/2 downsample
+    assert not FC._use_gemm_forward((4, 128, 28, 28), (128, 128, 3, 3), (28, 28))  # stage 2: 3136 > 4*128
+    assert not FC._use_gemm_forward((32, 128, 8, 8), (128, 128, 3, 3), (8, 8))  # 64x64, stage 2: 2048 > 4*128
+    assert not FC._use_gemm_forward((0, 256, 14, 14), (256, 256, 3, 3), (14, 14))  # empty batch
     assert FC._use_direct(jnp.zeros((6, 3, 5, 5))) and not FC._use_direct(jnp.zeros((16, 6, 5, 5)))
     assert FC._use_direct(jnp.zeros((6, 3, 5, 5)), (256, 3, 32, 32), (28, 28))  # LeNet conv1, batch 256
     assert not FC._use_direct(jnp.zeros((6, 1, 3, 3)), (16, 1, 8, 8), (8, 8))  # digits: too little work
