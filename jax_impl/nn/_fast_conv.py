@@ -494,22 +494,27 @@ def _phase_weight_grad(x, g, kernel, stride, pads):
     return d.reshape(o, c, kp[0] * stride[0], kp[1] * stride[1])[:, :, :kernel[0], :kernel[1]]
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _phase_dw_conv(x, w, stride, pads, dilation):
-    """XLA's conv forward; reverse mode takes ``_phase_weight_grad`` for the weight gradient."""
-    return _plain(x, w, stride, list(pads), dilation)
+def _xla_conv_with_weight_grad(weight_grad):
+    """A conv with XLA's forward and input tangent whose reverse mode takes
+    ``weight_grad(x, g, w_shape, stride, pads, dilation)`` for the weight gradient: a ``custom_jvp``
+    whose weight tangent is the linear map that ``weight_grad`` transposes (so forward mode works)."""
+
+    @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+    def conv(x, w, stride, pads, dilation):
+        return _plain(x, w, stride, list(pads), dilation)
+
+    def conv_jvp(stride, pads, dilation, primals, tangents):
+        (x, w), (dx, dw) = primals, tangents
+        y = _plain(x, w, stride, list(pads), dilation)
+        return _bilinear_jvp(y, dx, dw, lambda t: _plain(t, w, stride, list(pads), dilation),
+                             lambda t: _transpose_of(lambda g: weight_grad(x, g, w.shape, stride, pads, dilation), y, t))
+
+    conv.defjvp(conv_jvp, symbolic_zeros=True)
+    return conv
 
 
-def _phase_dw_conv_jvp(stride, pads, dilation, primals, tangents):
-    # The weight tangent is the linear map whose transpose is ``_phase_weight_grad`` (see
-    # ``_packed_dx_conv_jvp``); the input tangent is XLA's conv.
-    (x, w), (dx, dw) = primals, tangents
-    y = _plain(x, w, stride, list(pads), dilation)
-    return _bilinear_jvp(y, dx, dw, lambda t: _plain(t, w, stride, list(pads), dilation),
-                         lambda t: _transpose_of(lambda g: _phase_weight_grad(x, g, w.shape[2:], stride, pads), y, t))
-
-
-_phase_dw_conv.defjvp(_phase_dw_conv_jvp, symbolic_zeros=True)
+_phase_dw_conv = _xla_conv_with_weight_grad(
+    lambda x, g, w_shape, stride, pads, dilation: _phase_weight_grad(x, g, w_shape[2:], stride, pads))
 
 
 # The weight gradient of a stride-1 conv over a small batch is a convolution whose feature
@@ -553,23 +558,9 @@ def _block_weight_grad(x, g, kernel, pads, blocks):
     return dw
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _block_dw_conv(x, w, stride, pads, dilation):
-    """XLA's conv forward; reverse mode takes ``_block_weight_grad`` for the weight gradient."""
-    return _plain(x, w, stride, list(pads), dilation)
-
-
-def _block_dw_conv_jvp(stride, pads, dilation, primals, tangents):
-    # The weight tangent is the linear map whose transpose is ``_block_weight_grad`` (see
-    # ``_phase_dw_conv_jvp``); the input tangent is XLA's conv.
-    (x, w), (dx, dw) = primals, tangents
-    y = _plain(x, w, stride, list(pads), dilation)
-    blocks = _block_dw_split(x.shape, w.shape, stride, dilation, y.shape[2:])
-    return _bilinear_jvp(y, dx, dw, lambda t: _plain(t, w, stride, list(pads), dilation),
-                         lambda t: _transpose_of(lambda g: _block_weight_grad(x, g, w.shape[2:], pads, blocks), y, t))
-
-
-_block_dw_conv.defjvp(_block_dw_conv_jvp, symbolic_zeros=True)
+_block_dw_conv = _xla_conv_with_weight_grad(
+    lambda x, g, w_shape, stride, pads, dilation: _block_weight_grad(
+        x, g, w_shape[2:], pads, _block_dw_split(x.shape, w_shape, stride, dilation, g.shape[2:])))
 
 
 # The GEMM forward pays up to N*Ho*Wo = 4*C_out (ResNet-18's third stage at 224x224, batch 4:
