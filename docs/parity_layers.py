@@ -54,9 +54,9 @@ def _conv_route_cases(rng: np.random.Generator) -> Iterator[Case]:
     gradient (LeNet conv2), im2col + GEMM for
     outputs no larger than the kernel (ResNet-18's last stage at 64x64) and for N*Ho*Wo <= C_out
     (its last stage at 224x224, batch 4), the GEMM forward with XLA's derivatives for
-    N*Ho*Wo <= 4*C_out (its third stage at 224x224, batch 4, and that stage's 1x1/2 downsample),
-    the phase-split weight gradient (a ResNet stem over a batch of 2), and the block-split one
-    (its first stage at 224x224, batch 4)."""
+    N*Ho*Wo <= 4*C_out (its third stage at 224x224, batch 4), the phase-split weight gradient
+    (a ResNet stem over a batch of 2), the block-split one (its first stage at 224x224, batch 4),
+    and strided 1x1 convs as a dot (its downsamples at 224x224, batch 4, and at 64x64, batch 32)."""
     shapes = [  # (c_in, c_out, kernel, stride, padding, input shape)
         (3, 6, 5, 1, 0, (256, 3, 32, 32)),
         (3, 6, 5, 1, 2, (64, 3, 32, 32)),
@@ -66,9 +66,10 @@ def _conv_route_cases(rng: np.random.Generator) -> Iterator[Case]:
         (256, 512, 3, 2, 1, (32, 256, 4, 4)),
         (512, 512, 3, 1, 1, (4, 512, 7, 7)),
         (256, 256, 3, 1, 1, (4, 256, 14, 14)),
-        (128, 256, 1, 2, 0, (4, 128, 28, 28)),
         (3, 64, 7, 2, 3, (2, 3, 64, 64)),
         (64, 64, 3, 1, 1, (4, 64, 56, 56)),
+        (128, 256, 1, 2, 0, (4, 128, 28, 28)),
+        (64, 128, 1, 2, 0, (32, 64, 16, 16)),
     ]
     for c_in, c_out, k, st, pad, shape in shapes:
         kw = dict(stride=st, padding=pad, bias=True)
@@ -163,8 +164,9 @@ FAMILIES: dict[str, Callable[[np.random.Generator], Iterator[Case]]] = {
     "Conv1d/2d/3d (stride, int/'same'/'valid' padding, dilation, groups, bias, 4 padding modes)": _conv_cases,
     "Conv2d on jax_impl's CPU routes at benchmark shapes (fused loop: LeNet conv1 at batch 256/64, a strided one; "
     "packed input gradient: LeNet conv2 at batch 256; im2col + GEMM: ResNet-18's last stage at 64x64 and at 224x224, batch 4; "
-    "GEMM forward: its third stage at 224x224, batch 4, and a 1x1/2 downsample; "
-    "phase-split weight gradient: a ResNet stem at batch 2; block-split weight gradient: its first stage at 224x224, batch 4)": _conv_route_cases,
+    "GEMM forward: its third stage at 224x224, batch 4; "
+    "phase-split weight gradient: a ResNet stem at batch 2; block-split weight gradient: its first stage at 224x224, batch 4; "
+    "strided 1x1 as a dot: its downsamples at 224x224, batch 4, and 64x64, batch 32)": _conv_route_cases,
     "ConvTranspose1d/2d/3d (stride, padding, output_padding, groups, dilation, bias)": _conv_transpose_cases,
     "Linear": _linear_cases,
     "MaxPool/AvgPool 1-3d (ceil_mode, dilation, count_include_pad), adaptive pools": _pool_cases,

@@ -47,7 +47,7 @@ _CASES = [
     (2, 5, 8, 8, (1, 1), (3, 3), 1, 1, 1, 1, False),       # 1x1 image (ResNet at 32x32, last stage)
     (2, 4, 6, 7, (5, 5), (3, 2), (2, 1), (1, 0), (2, 2), 1, True),  # dilated GEMM route
     (2, 1, 6, 20, (4, 4), (3, 3), 1, 1, 1, 1, True),       # GEMM route: N*Ho*Wo <= C_out (weight-sized)
-    (2, 2, 8, 12, (4, 4), (1, 1), 2, 0, 1, 1, False),      # ... for a strided 1x1 downsample
+    (2, 2, 8, 12, (4, 4), (1, 1), 2, 0, 1, 1, False),      # strided 1x1 downsample: dot route
     (2, 3, 2, 4, (6, 6), (3, 3), 1, 1, 1, 1, True),        # small: jax's own rule
     (2, 0, 2, 4, (6, 6), (3, 3), 1, 1, 1, 1, False),       # unbatched (N=0 means no batch axis)
     (1, 20, 3, 5, (17,), (4,), 2, 1, 1, 1, True),
@@ -300,7 +300,7 @@ def test_block_weight_grad_route_matches_torch(case, dtype, monkeypatch):
 _GEMM_FWD_GRID = [
     (2, 2, 8, 16, (5, 5), (3, 3), 1, 1, 1, 1, True),        # 3x3, stage 3 at 224 (4*14*14 <= 4*256)
     (2, 3, 6, 24, (9, 9), (3, 3), 2, 1, 1, 1, False),       # its 3x3/2
-    (2, 3, 8, 24, (9, 9), (1, 1), 2, 0, 1, 1, False),       # its 1x1/2 downsample
+    (2, 3, 8, 24, (5, 5), (1, 1), 1, 0, 1, 1, False),       # 1x1, stride 1 (strided: the dot route)
     (2, 2, 4, 20, (7, 6), (3, 2), (1, 2), (2, 1), (2, 1), 1, True),  # dilated, unequal strides
     (2, 1, 3, 20, (4, 5), (3, 3), 1, 3, 1, 1, False),       # padding beyond the kernel
 ]
@@ -317,7 +317,8 @@ def _gemm_fwd_random_cases(count, seed):
         n, cout = int(rng.integers(1, 4)), int(rng.integers(4, 40))
         case = (2, n, int(rng.integers(1, 9)), cout, sp, k, s, p, 1, 1, bool(rng.integers(0, 2)))
         ho, wo = FC._out_size((n, case[2]) + sp, (cout, case[2]) + k, s, tuple((q, q) for q in p), (1, 1))
-        if ho * wo > k[0] * k[1] and cout < n * ho * wo <= 4 * cout:
+        pointwise = k == (1, 1) and max(s) > 1  # the dot route's
+        if ho * wo > k[0] * k[1] and cout < n * ho * wo <= 4 * cout and not pointwise:
             out.append(case)
     return out
 
@@ -334,6 +335,48 @@ def test_gemm_forward_route_matches_torch(case, dtype, monkeypatch):
     with jax.enable_x64(dtype == np.float64):
         errs = _run(case, dtype)
     assert forward and not full_gemm and (plain or FC._YNN_CONVS), (case, forward, full_gemm, plain)
+    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
+
+
+# The strided 1x1 route (a dot over the channels of the strided view, jax's derivatives; no XLA
+# convolution at all): ResNet-18's downsamples scaled down, at the sizes of every other route
+# (weight-sized, GEMM-forward, Eigen), padding, unequal strides, dilation (no effect on one tap),
+# odd sizes, and a seeded grid. Same bounds as the grids above; measured max 8.0e-7 (float32) and
+# 2.1e-15 (float64).
+_POINTWISE_GRID = [
+    (2, 18, 8, 12, (8, 8), (1, 1), 2, 0, 1, 1, False),      # 32x64x16x16 -> 128 (Eigen-sized)
+    (2, 3, 8, 24, (9, 9), (1, 1), 2, 0, 1, 1, False),       # 224's stage 3 (GEMM-forward-sized)
+    (2, 2, 8, 12, (4, 4), (1, 1), 2, 0, 1, 1, True),        # 224's stage 4 (weight-sized)
+    (2, 5, 6, 7, (7, 9), (1, 1), (2, 3), (1, 2), 1, 1, True),  # padding, unequal strides, odd sizes
+    (2, 4, 5, 3, (6, 6), (1, 1), 3, 1, 2, 1, False),        # dilation 2
+]
+
+
+def _pointwise_random_cases(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        s = tuple(int(v) for v in rng.integers(1, 4, 2))
+        if max(s) == 1:
+            continue
+        sp = tuple(int(v) for v in rng.integers(1, 12, 2))
+        p = tuple(int(v) for v in rng.integers(0, 3, 2))
+        out.append((2, int(rng.choice([1, 3, 17, 24])), int(rng.integers(1, 20)), int(rng.integers(1, 40)), sp,
+                    (1, 1), s, p, 1, 1, bool(rng.integers(0, 2))))
+    return out
+
+
+_POINTWISE_GRID += _pointwise_random_cases(10, seed=17)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", _POINTWISE_GRID, ids=[str(i) for i in range(len(_POINTWISE_GRID))])
+def test_pointwise_route_matches_torch(case, dtype, monkeypatch):
+    taken = _spy(monkeypatch, "_pointwise_2d")
+    convs = [_spy(monkeypatch, name) for name in ("_plain", "_gemm_2d", "_gemm_2d_t")]
+    with jax.enable_x64(dtype == np.float64):
+        errs = _run(case, dtype)
+    assert taken and not any(convs), (case, taken, convs)
     assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
@@ -371,6 +414,11 @@ def test_routes():
     assert not FC._use_phase_dw((4, 64, 56, 56), (128, 64, 1, 1), (2, 2), (1, 1), (28, 28))  # 1x1 downsample
     assert not FC._use_phase_dw((8, 3, 224, 224), (64, 3, 7, 7), (2, 2), (1, 1), (112, 112))  # batch 8
     assert not FC._use_phase_dw((4, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), (56, 56))  # stride 1
+    assert FC._use_pointwise((4, 64, 56, 56), (128, 64, 1, 1), (2, 2))  # ResNet-18's downsamples
+    assert FC._use_pointwise((32, 256, 4, 4), (512, 256, 1, 1), (2, 2))  # ... also where the GEMM route fits
+    assert not FC._use_pointwise((4, 256, 56, 56), (64, 256, 1, 1), (1, 1))  # stride 1: XLA's conv
+    assert not FC._use_pointwise((4, 64, 56, 56), (128, 64, 3, 3), (2, 2))  # 3x3
+    assert not FC._use_pointwise((0, 64, 56, 56), (128, 64, 1, 1), (2, 2))  # empty batch
 
 
 def test_forward_mode():
