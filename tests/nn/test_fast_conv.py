@@ -118,17 +118,21 @@ def _spy(monkeypatch, name, record=lambda *a: 1):
     return calls
 
 
+def _check_bounds(case, dtype):
+    """Run ``case`` in ``dtype`` (float64 under ``jax.enable_x64``) and hold it to the module's bounds."""
+    with jax.enable_x64(dtype == np.float64):
+        errs = _run(case, dtype)
+    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
+
+
 @pytest.mark.parametrize("case", _ALL, ids=[str(i) for i in range(len(_ALL))])
 def test_float32_matches_torch(case):
-    errs = _run(case, np.float32)
-    assert max(errs) <= 1e-5, errs
+    _check_bounds(case, np.float32)
 
 
 @pytest.mark.parametrize("case", _CASES[:8] + _CASES[10:17] + _CASES[-1:], ids=[str(i) for i in range(16)])
 def test_float64_matches_torch(case):
-    with jax.enable_x64(True):
-        errs = _run(case, np.float64)
-    assert max(errs) <= 1e-12, errs
+    _check_bounds(case, np.float64)
 
 
 # The fused-loop route on a seeded grid (its work threshold lifted so that small shapes take
@@ -153,12 +157,10 @@ _DIRECT_GRID = [
 def test_fused_loop_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 0)
     taken = _spy(monkeypatch, "_direct_once", lambda *a: a[2])
-    with jax.enable_x64(dtype == np.float64):
-        errs = _run(case, dtype)
+    _check_bounds(case, dtype)
     stride = case[6] if isinstance(case[6], tuple) else (case[6],) * 2
     assert (taken and set(taken) == {stride}) or FC._use_gemm((case[1], case[2]) + case[4], (case[3], case[2]) + case[5], stride,
                                              ((0, 0), (0, 0)), (1, 1)), (taken, case)
-    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
 # The packed input-gradient route (stride 1, few input channels) on a seeded grid, its work
@@ -198,10 +200,8 @@ def test_packed_input_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 1 << 62)
     taken = _spy(monkeypatch, "_packed_input_grad", lambda *a: a[1].shape)
     gemm = _spy(monkeypatch, "_gemm_2d")
-    with jax.enable_x64(dtype == np.float64):
-        errs = _run(case, dtype)
+    _check_bounds(case, dtype)
     assert bool(taken) == (case[5][1] > 1 and not gemm and not FC._YNN_CONVS), (taken, case)
-    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
 # The phase-split weight-gradient route (strided convs over batches of at most 4), its output-size
@@ -240,10 +240,8 @@ def test_phase_weight_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_PHASE_DW_MIN_PIXELS", 0)
     taken = _spy(monkeypatch, "_phase_weight_grad", lambda *a: a[3])
     gemm = _spy(monkeypatch, "_gemm_2d")
-    with jax.enable_x64(dtype == np.float64):
-        errs = _run(case, dtype)
+    _check_bounds(case, dtype)
     assert bool(taken) == (not gemm and not FC._YNN_CONVS), (taken, case)
-    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
 # The block-split weight-gradient route (stride-1 convs over batches under 16), its output-size
@@ -286,10 +284,8 @@ _BLOCK_GRID += _block_random_cases(10, seed=13)
 def test_block_weight_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_BLOCK_DW_MIN_PIXELS", 0)
     taken = _spy(monkeypatch, "_block_weight_grad", lambda *a: a[4])
-    with jax.enable_x64(dtype == np.float64):
-        errs = _run(case, dtype)
+    _check_bounds(case, dtype)
     assert bool(taken) == (not FC._YNN_CONVS), (taken, case)
-    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
 # The GEMM-forward route (N*Ho*Wo <= 4*C_out, not small enough for the full GEMM route): forward
@@ -332,10 +328,8 @@ def test_gemm_forward_route_matches_torch(case, dtype, monkeypatch):
     forward = _spy(monkeypatch, "_gemm_2d_t")
     full_gemm = _spy(monkeypatch, "_gemm_2d")
     plain = _spy(monkeypatch, "_plain")
-    with jax.enable_x64(dtype == np.float64):
-        errs = _run(case, dtype)
+    _check_bounds(case, dtype)
     assert forward and not full_gemm and (plain or FC._YNN_CONVS), (case, forward, full_gemm, plain)
-    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
 # The strided 1x1 route (a dot over the channels of the strided view, jax's derivatives; no XLA
@@ -374,10 +368,8 @@ _POINTWISE_GRID += _pointwise_random_cases(10, seed=17)
 def test_pointwise_route_matches_torch(case, dtype, monkeypatch):
     taken = _spy(monkeypatch, "_pointwise_2d")
     convs = [_spy(monkeypatch, name) for name in ("_plain", "_gemm_2d", "_gemm_2d_t")]
-    with jax.enable_x64(dtype == np.float64):
-        errs = _run(case, dtype)
+    _check_bounds(case, dtype)
     assert taken and not any(convs), (case, taken, convs)
-    assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
 def test_routes():
