@@ -658,14 +658,14 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     """The 2-D, ungrouped convolution of ``jax_impl.nn.functional.conv2d`` (no bias; ``pads`` as ``[(lo, hi)] * 2``).
 
     Routes, all computing the same sums (see the module docstring): a dot for
-    strided 1x1 kernels; im2col + GEMM for outputs no larger than the kernel (or batches with no more output
-    pixels than output channels); the GEMM forward with XLA's conv derivatives
-    up to 4x as many pixels as output channels; the fused loop for tiny
-    kernels (its derivatives are XLA's conv rules, forward mode included);
-    the packed input gradient (stride 1, few input channels), the
-    phase-split weight gradient (strided, batch <= 4) and the block-split
-    one (stride 1, batch < 16), all ``custom_jvp``;
-    the YNNPACK-free weight gradient when XLA_FLAGS left YNNPACK convs on
+    strided 1x1 kernels; im2col + GEMM for outputs no larger than the kernel
+    (or batches with no more output pixels than output channels); the GEMM
+    forward with XLA's conv derivatives up to 4x as many pixels as output
+    channels; the fused loop for tiny kernels (its derivatives are XLA's conv
+    rules, forward mode included); the packed input gradient (stride 1, few
+    input channels), the phase-split weight gradient (strided, batch <= 4)
+    and the block-split one (stride 1, batch < 16), all ``custom_jvp``; the
+    YNNPACK-free weight gradient when XLA_FLAGS left YNNPACK convs on
     (reverse mode only); XLA's convolution otherwise, and on GPU/TPU.
     """
     stride, dilation = tuple(stride), tuple(dilation)
