@@ -346,6 +346,36 @@ def _transpose_of(linear_fn, y, v):
     return t
 
 
+def _xla_conv_with_grads(*, input_grad=None, weight_grad=None):
+    """A conv with XLA's forward whose reverse mode takes ``input_grad(g, x, w, stride, pads, dilation)``
+    and/or ``weight_grad(x, g, w_shape, stride, pads, dilation)`` (XLA's rule for the other): a
+    ``custom_jvp`` whose tangent maps are the linear maps those functions transpose, so reverse mode
+    (which transposes the tangent map) runs them and forward mode gets the same maps, its sums in
+    another order."""
+
+    @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+    def conv(x, w, stride, pads, dilation):
+        return _plain(x, w, stride, list(pads), dilation)
+
+    def conv_jvp(stride, pads, dilation, primals, tangents):
+        (x, w), (dx, dw) = primals, tangents
+        y = _plain(x, w, stride, list(pads), dilation)
+        if input_grad is None:
+            input_tangent = lambda t: _plain(t, w, stride, list(pads), dilation)  # noqa: E731
+        else:
+            input_tangent = lambda t: _transpose_of(  # noqa: E731
+                lambda g: input_grad(g, x, w, stride, pads, dilation), y, t)
+        if weight_grad is None:
+            weight_tangent = lambda t: _plain(x, t, stride, list(pads), dilation)  # noqa: E731
+        else:
+            weight_tangent = lambda t: _transpose_of(  # noqa: E731
+                lambda g: weight_grad(x, g, w.shape, stride, pads, dilation), y, t)
+        return _bilinear_jvp(y, dx, dw, input_tangent, weight_tangent)
+
+    conv.defjvp(conv_jvp, symbolic_zeros=True)
+    return conv
+
+
 def _direct_once(x, w, stride, pads, dilation):
     """The fused loop, computed once (``computed_once``): as a plain fusion XLA:CPU inlined all
     its taps into every consumer (ReLU, the max pool and their gradients: 4 extra evaluations of
@@ -432,23 +462,8 @@ def _packed_input_grad(g, w, x_shape, pads):
     return out
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _packed_dx_conv(x, w, stride, pads, dilation):
-    """XLA's conv forward; reverse mode takes ``_packed_input_grad`` for the input gradient."""
-    return _plain(x, w, stride, list(pads), dilation)
-
-
-def _packed_dx_conv_jvp(stride, pads, dilation, primals, tangents):
-    # The input tangent is the linear map whose transpose is ``_packed_input_grad``, so reverse
-    # mode (which transposes the tangent map) runs the packed input gradient; forward mode gets
-    # the same map, its sums in another order.
-    (x, w), (dx, dw) = primals, tangents
-    y = _plain(x, w, stride, list(pads), dilation)
-    return _bilinear_jvp(y, dx, dw, lambda t: _transpose_of(lambda g: _packed_input_grad(g, w, x.shape, pads), y, t),
-                         lambda t: _plain(x, t, stride, list(pads), dilation))
-
-
-_packed_dx_conv.defjvp(_packed_dx_conv_jvp, symbolic_zeros=True)
+_packed_dx_conv = _xla_conv_with_grads(
+    input_grad=lambda g, x, w, stride, pads, dilation: _packed_input_grad(g, w, x.shape, pads))
 
 
 # The weight gradient of a strided conv over a small batch (ResNet-18's 7x7/2 stem at 224x224,
@@ -496,27 +511,8 @@ def _phase_weight_grad(x, g, kernel, stride, pads):
     return d.reshape(o, c, kp[0] * stride[0], kp[1] * stride[1])[:, :, :kernel[0], :kernel[1]]
 
 
-def _xla_conv_with_weight_grad(weight_grad):
-    """A conv with XLA's forward and input tangent whose reverse mode takes
-    ``weight_grad(x, g, w_shape, stride, pads, dilation)`` for the weight gradient: a ``custom_jvp``
-    whose weight tangent is the linear map that ``weight_grad`` transposes (so forward mode works)."""
-
-    @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-    def conv(x, w, stride, pads, dilation):
-        return _plain(x, w, stride, list(pads), dilation)
-
-    def conv_jvp(stride, pads, dilation, primals, tangents):
-        (x, w), (dx, dw) = primals, tangents
-        y = _plain(x, w, stride, list(pads), dilation)
-        return _bilinear_jvp(y, dx, dw, lambda t: _plain(t, w, stride, list(pads), dilation),
-                             lambda t: _transpose_of(lambda g: weight_grad(x, g, w.shape, stride, pads, dilation), y, t))
-
-    conv.defjvp(conv_jvp, symbolic_zeros=True)
-    return conv
-
-
-_phase_dw_conv = _xla_conv_with_weight_grad(
-    lambda x, g, w_shape, stride, pads, dilation: _phase_weight_grad(x, g, w_shape[2:], stride, pads))
+_phase_dw_conv = _xla_conv_with_grads(
+    weight_grad=lambda x, g, w_shape, stride, pads, dilation: _phase_weight_grad(x, g, w_shape[2:], stride, pads))
 
 
 # The weight gradient of a stride-1 conv over a small batch is a convolution whose feature
@@ -560,8 +556,8 @@ def _block_weight_grad(x, g, kernel, pads, blocks):
     return dw
 
 
-_block_dw_conv = _xla_conv_with_weight_grad(
-    lambda x, g, w_shape, stride, pads, dilation: _block_weight_grad(
+_block_dw_conv = _xla_conv_with_grads(
+    weight_grad=lambda x, g, w_shape, stride, pads, dilation: _block_weight_grad(
         x, g, w_shape[2:], pads, _block_dw_split(x.shape, w_shape, stride, dilation, g.shape[2:])))
 
 
