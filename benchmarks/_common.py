@@ -138,6 +138,8 @@ def machine_info() -> dict[str, Any]:
 
         info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
                     torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
+        if torch.cuda.is_available():
+            info.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(), torch_cuda=torch.version.cuda)
     except ImportError:  # pragma: no cover
         pass
     return info

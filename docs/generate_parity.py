@@ -386,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(render(results, probed, args.steps, args.mid, time.perf_counter() - start) + "\n" + schedulers)
     write_layer_sections(args.out)
     write_config_section(args.out)
+    cuda_json = Path(__file__).parent / "parity_cuda.json"  # measured on a GPU machine: docs/parity_cuda.py
+    if cuda_json.is_file():
+        from parity_cuda import write_section
+
+        write_section(cuda_json, args.out)
     print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -199,6 +199,50 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _section_gpu(results_dir: Path) -> list[str]:
+    """The ``train_step`` runs on a GPU (``benchmarks/run_gpu.sh``): ``train_step_cuda*.json``, if any."""
+    runs = [(p.stem, json.loads(p.read_text())) for p in sorted(results_dir.glob("train_step_cuda*.json"))]
+    if not runs:
+        return []
+    runs.sort(key=lambda r: (_machine(r[1]).get("date", ""), r[0]))
+    m = _machine(runs[0][1])
+    lines = ["## Train step and inference on a GPU", "",
+             f"`benchmarks/train_step.py --device cuda [--tf32]` (`benchmarks/run_gpu.sh`) on {m.get('gpus', 1)} x "
+             f"{m.get('gpu', 'GPU')} ({m.get('cpu', '')}, {m.get('logical_cores', '?')} cores): torch "
+             f"{m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}) eager, each call ending with "
+             f"`torch.cuda.synchronize()`; jax {m.get('jax', '?')}, one jitted step, `block_until_ready`. The same "
+             "cases and pairing as above. TF32 off is the parity setting (both sides full float32: torch's "
+             "`allow_tf32` flags off, JAX `highest`); TF32 on is the speed setting (jax_impl's conv and linear "
+             "layers ask for `HIGHEST` themselves, so it changes only torch). No bar is set for GPUs.", "",
+             "| run | TF32 | case | train torch ms | train JAX ms | train ratio | infer torch ms | infer JAX ms | "
+             "infer ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    for stem, data in runs:
+        date = _machine(data).get("date", "")[:16]
+        for name, res in data["cases"].items():
+            lines.append(f"| {date} | {'on' if data.get('tf32') else 'off'} | {name} | {_ms(res['train']['torch'])} | "
+                         f"{_ms(res['train']['jax'])} | {res['train']['ratio']:.2f} | {_ms(res['infer']['torch'])} | "
+                         f"{_ms(res['infer']['jax'])} | {res['infer']['ratio']:.2f} |")
+    for stem, data in runs:
+        memory = {name: res["memory"] for name, res in data["cases"].items() if "memory" in res}
+        if not memory:
+            continue
+        lines += ["", f"GPU memory of a train step, in MiB (run {_machine(data).get('date', '')[:16]}), each framework "
+                  "in a fresh process, over compiling (JAX) or warming up (torch) and three steps: its own peak "
+                  "(torch `max_memory_allocated`, JAX the device's `peak_bytes_in_use`, every allocation since the "
+                  "process started), and XLA's scratch space for the compiled step (`memory_analysis()`). Where "
+                  "JAX's peak is far above its arguments plus that scratch space (224x224: 2.4 GB against ~0.2 "
+                  "GB), the peak was reached outside the step's execution; compiling (XLA's convolution "
+                  "autotuning runs candidate algorithms with their workspaces) is the likely cause, not measured "
+                  "apart.", "",
+                  "| case | batch | torch peak | JAX peak | XLA temp |", "|---|---|---|---|---|"]
+        for name, rows in memory.items():
+            for batch, row in rows.items():
+                t, j = row["torch"], row["jax"]
+                lines.append(f"| {name} | {batch} | {t.get('device_peak_bytes', 0) / 2**20:.0f} | "
+                             f"{j.get('device_peak_bytes', 0) / 2**20:.0f} | {j.get('xla_temp_bytes', 0) / 2**20:.0f} |")
+    return lines + [""]
+
+
 _SECTIONS = {
     "train_step": _section_train_step,
     "conv_speed": _section_conv,
@@ -230,4 +274,5 @@ def render_markdown(results_dir: Path | None = None) -> str:
         if date:
             lines += ["", f"Measured {date}."]
         lines.append("")
+    lines += _section_gpu(results_dir)
     return "\n".join(lines)

@@ -5,14 +5,19 @@ rank 0's / replica 0's final ``state_dict`` (parameters and BatchNorm
 buffers) of each, plus per-step losses (the mean over ranks):
 
 * torch: ``torch_ref.parallel.launch`` starts ``world_size`` processes
-  (gloo on CPU, NCCL with CUDA); each wraps the model in the real
-  ``DistributedDataParallel`` (``SyncBatchNorm`` when ``sync_bn``; torch runs
-  it on GPUs only, so on CPU the SyncBN reference is one torch process
-  training on the concatenated global batches) and reads its shard through
+  (gloo on CPU; with CUDA the ranks run on the GPUs, NCCL if there is one
+  GPU per rank, else gloo over CUDA tensors, TF32 off); each wraps the model
+  in the real ``DistributedDataParallel`` (``SyncBatchNorm`` when
+  ``sync_bn``; torch runs it on GPUs only, so without CUDA the SyncBN
+  reference is one torch process training on the concatenated global
+  batches) and reads its shard through
   ``DistributedSampler(shuffle=True, seed=seed)`` and a ``DataLoader`` of
   ``local_batch`` samples, calling ``set_epoch`` every epoch;
-* JAX: one process with ``world_size`` CPU devices (``pmap`` or the sharded
-  ``jit``) or ``world_size`` processes joined by ``jax.distributed``
+* JAX: one process with ``world_size`` devices (``pmap`` or the sharded
+  ``jit``; the default backend's, or the CPU's host devices with
+  ``jax_platform="cpu"``, e.g. on a one-GPU box) or ``world_size``
+  processes joined by ``jax.distributed``, or ``world_size`` vmapped
+  replicas on one device (``mode="vmap"``)
   (``mode="multiprocess"``), each replica reading rank ``i``'s batches from
   ``jax_impl.data.DistributedSampler`` with the same seed.
 
@@ -29,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["DDPSpec", "compare_ddp"]
+__all__ = ["DDPSpec", "compare_ddp", "divergence", "initial_state", "jax_run", "torch_reference"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +52,13 @@ class DDPSpec:
     seed: int = 0
     sync_bn: bool = False
     dtype: Literal["float32", "float64"] = "float32"
-    mode: Literal["pmap", "sharded", "multiprocess"] = "pmap"
+    mode: Literal["pmap", "sharded", "vmap", "multiprocess"] = "pmap"
+    torch_device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when torch has it
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # torch_ref.parallel.resolve_backend
+    jax_platform: str | None = None  # JAX_PLATFORMS for the JAX processes ("cpu": host devices on a GPU box)
 
 
-def _initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
+def initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
     import torch
 
     import torch_ref.models as tm
@@ -80,14 +88,19 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     from torch_ref.optim import build_optimizer
 
     torch.set_num_threads(1)
+    cuda = spec.torch_device == "cuda" or (spec.torch_device == "auto" and torch.cuda.is_available())
+    if cuda:  # parity runs: no TF32 in cuBLAS or cuDNN (cuDNN's default is on), deterministic cuDNN
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.deterministic = True
     model, dtype = _torch_model(spec, initial)
-    ddp = parallel.wrap(model, sync_bn=spec.sync_bn)
+    ddp = parallel.wrap(model, sync_bn=spec.sync_bn, device="cuda" if cuda else "cpu")
     optimizer = build_optimizer(spec.optimizer, ddp.parameters())
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(spec.x).to(dtype), torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
     loss_fn = torch.nn.CrossEntropyLoss()
-    device = next(ddp.parameters()).device  # cuda:<rank> under NCCL
+    device = next(ddp.parameters()).device
     losses, step, epoch = [], 0, 0
     ddp.train()
     while step < spec.steps:
@@ -130,7 +143,7 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return {"state": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, "losses": losses}
 
 
@@ -196,16 +209,21 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
 
     n = spec.world_size
     devices = jax.local_devices()[:n]
-    if len(devices) != n:
-        raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())}")
+    if len(devices) != n and spec.mode != "vmap":
+        hint = "" if jax.default_backend() == "cpu" else ' (DDPSpec(jax_platform="cpu") uses the CPU\'s host devices)'
+        raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())}{hint}")
     model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
     graphdef, state = parallel.init_train_state(model, tx)
     loss_fn = jnn.CrossEntropyLoss()
     fdtype = np.float64 if spec.dtype == "float64" else np.float32
     losses = []
-    if spec.mode == "pmap":
-        step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices)
-        state = parallel.replicate(state, devices)
+    if spec.mode in ("pmap", "vmap"):
+        if spec.mode == "pmap":
+            step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices)
+            state = parallel.replicate(state, devices)
+        else:
+            step = parallel.vmap_train_step(graphdef, loss_fn, tx)
+            state = parallel.replicate(state, copies=n)
         for batches in _rank_batches(spec, n, range(n)):
             x = np.stack([np.asarray(b[0], fdtype) for b in batches])
             y = np.stack([np.asarray(b[1]) for b in batches])
@@ -254,6 +272,29 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     return {"state": _state_dict(parallel.merge_model(graphdef, local)), "losses": losses}
 
 
+def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600,
+                    global_batch: bool | None = None) -> dict[str, Any]:
+    """torch's side of :func:`compare_ddp`: ``world_size`` DDP ranks, or one process on the global batches.
+
+    Args:
+      initial: the starting ``state_dict`` (default: the seeded model's).
+      global_batch: ``True``: one process with plain BatchNorm on the
+        concatenated local batches (SyncBN's reference without CUDA);
+        ``False``: DDP ranks; ``None``: the former only for ``sync_bn``
+        without CUDA.
+    """
+    import torch
+
+    from torch_ref import parallel as tp
+
+    initial = initial_state(spec) if initial is None else initial
+    if global_batch is None:
+        global_batch = spec.sync_bn and not torch.cuda.is_available()
+    if global_batch:
+        return _torch_full_batch(spec, initial)
+    return tp.launch(_torch_rank, spec.world_size, (spec, initial), backend=spec.backend, timeout=timeout)[0]
+
+
 def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any], dict[str, Any]]:
     """Runs ``spec`` in torch DDP and in JAX; returns ``(torch_result, jax_result)``.
 
@@ -261,22 +302,21 @@ def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any],
     :func:`_torch_full_batch` (torch's SyncBatchNorm refuses CPU tensors).
     Each result is ``{"state": rank 0's state_dict as numpy, "losses": per-step mean over ranks}``.
     """
-    import torch
+    initial = initial_state(spec)
+    return torch_reference(spec, initial, timeout=timeout), jax_run(spec, initial, timeout=timeout)
 
+
+def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600) -> dict[str, Any]:
+    """JAX's side of :func:`compare_ddp` (in fresh processes: ``world_size`` devices, or processes)."""
     from jax_impl.parallel import launch, spawn
-    from torch_ref import parallel as tp
 
-    initial = _initial_state(spec)
-    if spec.sync_bn and not torch.cuda.is_available():
-        torch_result = _torch_full_batch(spec, initial)
-    else:
-        torch_result = tp.launch(_torch_rank, spec.world_size, (spec, initial), timeout=timeout)[0]
+    initial = initial_state(spec) if initial is None else initial
+    env = None if spec.jax_platform is None else {"JAX_PLATFORMS": spec.jax_platform}
     if spec.mode == "multiprocess":
-        jax_result = launch(_jax_process, spec.world_size, (spec, initial), timeout=timeout)[0]
-    else:
-        jax_result = spawn(_jax_single_process, 1, (spec, initial), local_devices=spec.world_size,
-                           timeout=timeout)[0]
-    return torch_result, jax_result
+        return launch(_jax_process, spec.world_size, (spec, initial), timeout=timeout, env=env)[0]
+    local = 1 if spec.mode == "vmap" else spec.world_size
+    return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout,
+                 env=env)[0]
 
 
 def divergence(torch_state: dict[str, np.ndarray], jax_state: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -284,7 +284,7 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     name, kwargs = optimizer_spec(cfg.optimizer)
     spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), {"name": name, **kwargs}, np.asarray(x),
                    np.asarray(y), world_size=n, local_batch=batch, steps=steps, seed=cfg.train.seed,
-                   sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode)
+                   sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode, backend=par.backend)
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=None)
     folder = _make_folder(cfg, runs_dir) if write else None
     report.run_dir = None if folder is None else str(folder)

@@ -23,10 +23,16 @@ from jax_impl.parallel.launch import ProcessFailed, spawn
 __all__ = ["ProcessFailed", "init_from_env", "launch", "resolve_backend", "sampler", "wrap"]
 
 
-def resolve_backend(backend: str = "auto") -> str:
-    """``"auto"``: NCCL when CUDA is available, else gloo (torch's usual choice)."""
+def resolve_backend(backend: str = "auto", world_size: int | None = None) -> str:
+    """``"auto"``: NCCL when CUDA is available, else gloo (torch's usual choice).
+
+    With ``world_size`` given, ``"auto"`` picks NCCL only if there are at
+    least that many GPUs: NCCL refuses two ranks on one GPU ("Duplicate GPU
+    detected"), while gloo runs them, on CUDA tensors too.
+    """
     if backend == "auto":
-        return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() and dist.is_nccl_available() else 0
+        return "nccl" if gpus and (world_size is None or gpus >= world_size) else "gloo"
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
     return backend
@@ -35,7 +41,7 @@ def resolve_backend(backend: str = "auto") -> str:
 def _setup(backend: str, rank: int, world_size: int, address: str, port: int) -> None:
     os.environ.update({"MASTER_ADDR": address, "MASTER_PORT": str(port), "RANK": str(rank),
                        "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)})
-    if backend == "nccl":
+    if torch.cuda.is_available():  # rank r on GPU r mod #GPUs (several ranks per GPU only under gloo)
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, rank=rank, world_size=world_size)
 
@@ -61,7 +67,7 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *,
     """
     from functools import partial
 
-    return spawn(fn, world_size, args, setup=partial(_setup, resolve_backend(backend)), teardown=_teardown,
+    return spawn(fn, world_size, args, setup=partial(_setup, resolve_backend(backend, world_size)), teardown=_teardown,
                  timeout=timeout)
 
 
@@ -77,15 +83,20 @@ def init_from_env(backend: str = "auto") -> tuple[int, int, int]:
 
 
 def wrap(model: torch.nn.Module, *, sync_bn: bool = False, broadcast_buffers: bool = True,
-         **kwargs: Any) -> torch.nn.parallel.DistributedDataParallel:
+         device: str | None = None, **kwargs: Any) -> torch.nn.parallel.DistributedDataParallel:
     """``DistributedDataParallel(model)`` (after ``SyncBatchNorm.convert_sync_batchnorm`` if ``sync_bn``).
 
-    On CUDA the model is moved to this rank's device first; on CPU
-    ``device_ids`` stays ``None``, as torch requires.
+    Args:
+      device: ``"cuda"`` moves the model to this rank's GPU (NCCL or gloo;
+        torch's ``SyncBatchNorm`` needs CUDA tensors), ``"cpu"`` keeps it on
+        the CPU; ``None``: CUDA under NCCL, else CPU. On CPU ``device_ids``
+        stays ``None``, as torch requires.
     """
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"device must be None, 'cpu' or 'cuda', got {device!r}")
     if sync_bn:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    if dist.get_backend() == "nccl":
+    if device == "cuda" or (device is None and dist.get_backend() == "nccl"):
         device = torch.cuda.current_device()
         model = model.cuda(device)
         kwargs.setdefault("device_ids", [device])

@@ -2,7 +2,8 @@
 
 * :mod:`jax_impl.parallel.step`: the DDP train step (gradients averaged over
   replicas, BatchNorm buffers from replica 0, or SyncBatchNorm), mapped with
-  ``jax.pmap`` or ``jax.jit`` + ``shard_map`` over a ``Mesh``;
+  ``jax.pmap``, ``jax.jit`` + ``shard_map`` over a ``Mesh``, or ``jax.vmap``
+  (N replicas on one device);
 * :mod:`jax_impl.parallel.launch`: N local processes joined by
   ``jax.distributed`` (gloo collectives on CPU, NCCL through XLA on GPUs),
   the counterpart of ``torch_ref.parallel.launch`` / ``torchrun``.
@@ -19,6 +20,7 @@ from jax_impl.parallel.step import (
     sharded_train_step,
     train_step_fn,
     unreplicate,
+    vmap_train_step,
 )
 
 __all__ = [
@@ -36,4 +38,5 @@ __all__ = [
     "spawn",
     "train_step_fn",
     "unreplicate",
+    "vmap_train_step",
 ]

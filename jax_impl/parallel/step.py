@@ -21,11 +21,13 @@ reproduces on a JAX device axis:
   replica computes the same buffers.
 
 The per-replica function is written once, against a named axis, and mapped
-two ways: :func:`pmap_train_step` (``jax.pmap``: arrays carry a leading
-device axis) and :func:`sharded_train_step` (``jax.jit`` of ``shard_map`` over
+three ways: :func:`pmap_train_step` (``jax.pmap``: arrays carry a leading
+device axis), :func:`sharded_train_step` (``jax.jit`` of ``shard_map`` over
 a ``Mesh``: the batch is one array sharded along its first axis, params
 replicated; the form that also spans processes, see
-:mod:`jax_impl.parallel.launch`).
+:mod:`jax_impl.parallel.launch`) and :func:`vmap_train_step` (``jax.vmap``
+with the same axis name: N replicas on one device, e.g. DDP's arithmetic
+for N ranks on a single GPU).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "sharded_train_step",
     "train_step_fn",
     "unreplicate",
+    "vmap_train_step",
 ]
 
 AXIS = "batch"  # the default name of the replica axis
@@ -128,8 +131,15 @@ def train_step_fn(
     return step
 
 
-def replicate(tree: Any, devices: list[Any] | None = None) -> Any:
-    """``tree`` with a leading axis of ``len(devices)`` copies, one on each device (for ``pmap``)."""
+def replicate(tree: Any, devices: list[Any] | None = None, *, copies: int | None = None) -> Any:
+    """``tree`` with a leading axis of ``len(devices)`` copies, one on each device (for ``pmap``).
+
+    With ``copies``: that many copies stacked on the default device (for :func:`vmap_train_step`).
+    """
+    if copies is not None:
+        if devices is not None:
+            raise ValueError("give devices (pmap) or copies (vmap), not both")
+        return jax.tree.map(lambda v: jnp.broadcast_to(v, (copies, *jnp.shape(v))).copy(), tree)
     devices = list(devices or jax.local_devices())
     sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("replicas",)), jax.sharding.PartitionSpec("replicas"))
     return jax.tree.map(lambda v: jax.device_put(jnp.broadcast_to(v, (len(devices), *jnp.shape(v))), sharding), tree)
@@ -182,3 +192,23 @@ def sharded_train_step(
     mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(axis_name), P(axis_name)), out_specs=(P(), P()),
                            check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,))
+
+
+def vmap_train_step(
+    graphdef: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    tx: Any,
+    *,
+    axis_name: str = AXIS,
+    broadcast_buffers: bool = True,
+) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    """The DDP step for N replicas on one device: ``jax.jit`` of ``jax.vmap`` over a named axis.
+
+    The same per-replica function as :func:`pmap_train_step`, with the same
+    arguments (state from ``replicate(state, copies=N)``, batches shaped
+    ``(N, local_batch, ...)``) and results; the collectives (``pmean``,
+    SyncBatchNorm's ``psum``) run over the vmapped axis. For N ranks'
+    arithmetic where fewer than N devices exist.
+    """
+    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers)
+    return jax.jit(jax.vmap(step, axis_name=axis_name), donate_argnums=(0,))

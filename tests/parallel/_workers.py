@@ -46,7 +46,8 @@ def jax_ranks(rank: int, world_size: int) -> tuple[int, int, int, float]:
 
 
 def single_vs_replicated(rank: int, world_size: int, n: int) -> dict[str, float]:
-    """In a process with ``n`` devices: the n-device steps (pmap, sharded) vs one full-batch step, no BN."""
+    """In a process with ``n`` devices: the n-device steps (pmap, sharded; and n vmapped replicas on one
+    device) vs one full-batch step, no BN."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
@@ -77,6 +78,13 @@ def single_vs_replicated(rank: int, world_size: int, n: int) -> dict[str, float]
         state, _ = pstep(state, x.reshape(n, 8, 1, 8, 8), y.reshape(n, 8))
     pmapped = parallel.unreplicate(state).params
 
+    vstep = parallel.vmap_train_step(graphdef, loss, tx)
+    state = parallel.replicate(state0, copies=n)
+    for x, y in zip(xs, ys):
+        state, _ = vstep(state, x.reshape(n, 8, 1, 8, 8), y.reshape(n, 8))
+    vmapped = parallel.unreplicate(state).params
+
+    # last: device_put onto the mesh may alias state0's buffers, which the sharded step donates
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
     sstep = parallel.sharded_train_step(graphdef, loss, tx, mesh)
     rows = NamedSharding(mesh, P(parallel.AXIS))
@@ -90,4 +98,5 @@ def single_vs_replicated(rank: int, world_size: int, n: int) -> dict[str, float]
                    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
     return {"devices": jax.device_count(), "pmap_vs_full": scaled(pmapped, full),
-            "sharded_vs_full": scaled(sharded, full), "pmap_vs_sharded": scaled(pmapped, sharded)}
+            "sharded_vs_full": scaled(sharded, full), "pmap_vs_sharded": scaled(pmapped, sharded),
+            "vmap_vs_pmap": scaled(vmapped, pmapped)}

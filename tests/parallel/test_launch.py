@@ -52,3 +52,22 @@ def test_a_dying_rank_is_reported() -> None:
 def test_timeout() -> None:
     with pytest.raises(TimeoutError, match="did not finish within 2"):
         spawn(_workers.die_on_rank_one, 1, timeout=2)  # rank 0 sleeps 60 s
+
+
+def test_auto_backend_and_wrap_device_checks() -> None:
+    """Without CUDA "auto" is gloo whatever the world size; NCCL is named only with a GPU per rank; a bad
+    device is refused (never a silent CPU run)."""
+    import torch
+
+    from torch_ref import parallel as tp
+
+    if not torch.cuda.is_available():
+        assert tp.resolve_backend("auto") == tp.resolve_backend("auto", world_size=4) == "gloo"
+    else:
+        gpus = torch.cuda.device_count()
+        assert tp.resolve_backend("auto", world_size=gpus + 1) == "gloo"
+    assert tp.resolve_backend("nccl") == "nccl"
+    with pytest.raises(ValueError, match="backend must be"):
+        tp.resolve_backend("mpi")
+    with pytest.raises(ValueError, match="device must be"):
+        tp.wrap(torch.nn.Linear(2, 2), device="tpu")

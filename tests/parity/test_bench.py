@@ -110,3 +110,22 @@ def test_paired_ratio_cancels_a_drift_between_rounds():
     assert common.paired_ratio(torch_t, ours) == pytest.approx(10 / 11)
     with pytest.raises(ValueError):  # rounds must pair up
         common.paired_ratio(torch_t, {"round_medians_ms": [11.0]})
+
+
+def test_gpu_runs_render_their_own_section(tmp_path):
+    """``train_step_cuda*.json`` (benchmarks/run_gpu.sh) adds a GPU section, TF32 marked, GPU memory in MiB."""
+    _write(tmp_path, FAKE)
+    assert "on a GPU" not in bench.render_markdown(tmp_path)
+    machine = dict(_MACHINE, gpu="Test GPU", gpus=1, torch_cuda="13.0", date="2026-01-02T03:04:05")
+    case = json.loads(json.dumps(FAKE["train_step"]["cases"]["lenet_b256"]))
+    case["memory"]["64"]["torch"]["device_peak_bytes"] = 7 << 20
+    case["memory"]["64"]["jax"]["device_peak_bytes"] = 9 << 20
+    (tmp_path / "train_step_cuda.json").write_text(json.dumps({"machine": machine, "tf32": False,
+                                                                "cases": {"lenet_b256": case}}))
+    (tmp_path / "train_step_cuda_tf32.json").write_text(json.dumps({"machine": machine, "tf32": True,
+                                                                     "cases": {"lenet_b256": case}}))
+    text = bench.render_markdown(tmp_path)
+    assert "## Train step and inference on a GPU" in text and "1 x Test GPU" in text
+    assert "| 2026-01-02T03:04 | off | lenet_b256 | 2.0 | 4.0 | 0.50 | 2.0 | 2.0 | 1.00 |" in text
+    assert "| 2026-01-02T03:04 | on | lenet_b256 |" in text
+    assert "| lenet_b256 | 64 | 7 | 9 | 1 |" in text

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The checks and benchmarks that need a GPU, in one go (~7 minutes on one H200):
+#
+#   bash benchmarks/run_gpu.sh OUTDIR
+#
+# 1. docs/parity_cuda.py: torch's real SyncBatchNorm and DDP over NCCL vs JAX (-> OUTDIR/parity_cuda.json;
+#    `python docs/parity_cuda.py --render OUTDIR/parity_cuda.json` writes docs/parity.md's CUDA section);
+# 2. the CUDA-only tests of tests/parallel/test_ddp.py (skipped on machines without CUDA), at the same time;
+# 3. benchmarks/train_step.py --device cuda, TF32 off (parity settings) and on (speed settings)
+#    (-> OUTDIR/train_step_cuda.json, OUTDIR/train_step_cuda_tf32.json; copy them to benchmarks/results/ and
+#    `parity bench --render-only` adds them to docs/benchmarks.md).
+# Needs a CUDA build of torch and jax with its CUDA plugin; run from the repository root.
+set -u
+out=${1:?usage: run_gpu.sh OUTDIR}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several JAX processes share the GPU
+export PYTHONFAULTHANDLER=1  # a crashing child prints its Python stack
+py=${PYTHON:-python3}
+
+nvidia-smi -L
+$py - <<'EOF' 2>&1 | tee "$out/env.txt"
+import flax, jax, numpy, optax, torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__, "numpy", numpy.__version__)
+print("jax devices", jax.devices())
+import jax_impl, parity.parallel, parity.runner  # noqa: E401,F401  (fail fast if this stack cannot import us)
+print("imports ok")
+EOF
+grep -q "imports ok" "$out/env.txt" || exit 3
+
+(timeout 300 $py -m pytest -q -p no:cacheprovider tests/parallel/test_ddp.py -k "cuda or nccl" > "$out/pytest_cuda.log" 2>&1;
+ echo "pytest rc=$?" >> "$out/pytest_cuda.log") &
+timeout 300 $py docs/parity_cuda.py --json "$out/parity_cuda.json" > "$out/parity_cuda.log" 2>&1
+echo "parity_cuda rc=$?"; tail -25 "$out/parity_cuda.log"
+wait
+tail -5 "$out/pytest_cuda.log"
+
+[ "${SKIP_BENCH:-0}" = 1 ] && exit 0
+timeout 300 $py benchmarks/train_step.py --device cuda --json "$out/train_step_cuda.json" 2>&1 | tail -6  # with GPU memory
+timeout 180 $py benchmarks/train_step.py --device cuda --tf32 --no-memory --json "$out/train_step_cuda_tf32.json" 2>&1 | tail -6
