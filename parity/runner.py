@@ -302,7 +302,8 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     report.passed = d["params"] <= tol.rtol
     reference = "torch BatchNorm on the global batch (SyncBatchNorm needs CUDA)" if (
         par.sync_bn and not torch.cuda.is_available()) else f"torch DDP, {n} ranks"
-    report.message = (f"{reference} vs JAX {par.jax_mode} on {n} devices, {steps} steps: max rel param divergence "
+    where = f"{n} replicas on one device" if par.jax_mode == "vmap" else f"{n} devices"
+    report.message = (f"{reference} vs JAX {par.jax_mode} on {where}, {steps} steps: max rel param divergence "
                       f"{d['params']:.3g} ({d['worst_param']})" + ("" if report.passed else f" > rtol={tol.rtol}"))
     _finish(report, cfg, runs_dir, write)
     return report

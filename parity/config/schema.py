@@ -199,7 +199,7 @@ class ParallelConfig:
     world_size: int = 1
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     sync_bn: bool = False
-    jax_mode: Literal["pmap", "sharded"] = "pmap"
+    jax_mode: Literal["pmap", "sharded", "vmap"] = "pmap"  # vmap: world_size replicas on one device
 
     def __post_init__(self) -> None:
         _require(self.world_size >= 1, "world_size", f"must be >= 1, got {self.world_size}")

@@ -178,7 +178,8 @@ def test_bad_param_groups_exit_2(tmp_path, capsys, groups, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("mode", ["pmap", pytest.param("sharded", marks=pytest.mark.slow)])  # ~25 s each
+@pytest.mark.parametrize("mode", ["pmap", pytest.param("sharded", marks=pytest.mark.slow),
+                                  pytest.param("vmap", marks=pytest.mark.slow)])  # ~25 s each
 def test_parallel_config_runs_torch_ddp_against_jax(tmp_path, mode):
     """configs/lenet_digits_ddp.yaml: torch DDP (2 gloo ranks) vs JAX on 2 devices. Full run (90 steps)
     measured 2.6e-7 (pmap); here 20 steps, bar 1e-4."""
