@@ -30,6 +30,7 @@ batches are smaller, equally on every rank.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal
 
 import numpy as np
@@ -56,6 +57,12 @@ class DDPSpec:
     torch_device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when torch has it
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # torch_ref.parallel.resolve_backend
     jax_platform: str | None = None  # JAX_PLATFORMS for the JAX processes ("cpu": host devices on a GPU box)
+    scheduler: Any = None  # parity.config.SchedulerConfig: torch's scheduler, stepped per its interval
+
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch on each rank: ``DistributedSampler`` (padding) then batching (no drop_last)."""
+        per_rank = math.ceil(len(self.x) / self.world_size)
+        return math.ceil(per_rank / self.local_batch)
 
 
 def initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
@@ -96,6 +103,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     model, dtype = _torch_model(spec, initial)
     ddp = parallel.wrap(model, sync_bn=spec.sync_bn, device="cuda" if cuda else "cpu")
     optimizer = build_optimizer(spec.optimizer, ddp.parameters())
+    scheduler = _torch_scheduler(spec, optimizer)
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(spec.x).to(dtype), torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
@@ -116,6 +124,10 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
             step += 1
+            if scheduler is not None and spec.scheduler.interval == "step":
+                scheduler.step()
+        if scheduler is not None and spec.scheduler.interval == "epoch":
+            scheduler.step()
         epoch += 1
     if rank != 0:
         return None
@@ -134,9 +146,11 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     model, dtype = _torch_model(spec, initial)
     model.train()
     optimizer = build_optimizer(spec.optimizer, model.parameters())
+    scheduler = _torch_scheduler(spec, optimizer)
     loss_fn = torch.nn.CrossEntropyLoss()
     losses = []
-    for batches in _rank_batches(spec, spec.world_size, range(spec.world_size)):
+    per_epoch = spec.steps_per_epoch()
+    for step, batches in enumerate(_rank_batches(spec, spec.world_size, range(spec.world_size))):
         x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])).to(dtype)
         y = torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))
         optimizer.zero_grad()
@@ -144,7 +158,17 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
+        if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
+            scheduler.step()
     return {"state": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, "losses": losses}
+
+
+def _torch_scheduler(spec: DDPSpec, optimizer: Any) -> Any:
+    if spec.scheduler is None:
+        return None
+    from torch_ref.lr_scheduler import build_scheduler
+
+    return build_scheduler(spec.scheduler, optimizer)
 
 
 def _rank_batches(spec: DDPSpec, world_size: int, ranks: range):
@@ -189,7 +213,15 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     if spec.sync_bn:
         model = SyncBatchNorm.convert_sync_batchnorm(model, axis_name=axis_name)
     model.train()
-    return model, build_jax_optimizer(spec.optimizer)
+    if spec.scheduler is None:
+        return model, build_jax_optimizer(spec.optimizer)
+    import types
+
+    from parity.runner import _jax_optimizer
+
+    cfg = types.SimpleNamespace(optimizer=spec.optimizer, scheduler=spec.scheduler)  # what _jax_optimizer reads
+    tx, _ = _jax_optimizer(cfg, spec.steps_per_epoch(), [({}, None)])
+    return model, tx
 
 
 def _state_dict(model) -> dict[str, np.ndarray]:

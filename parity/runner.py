@@ -265,8 +265,7 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     from torch_ref.optim import optimizer_spec
 
     par = cfg.parallel
-    unsupported = [(cfg.scheduler is not None, "scheduler", "an LR scheduler"),
-                   (bool(cfg.optimizer.param_groups), "optimizer.param_groups", "param groups"),
+    unsupported = [(bool(cfg.optimizer.param_groups), "optimizer.param_groups", "param groups"),
                    (cfg.train.loss.name != "CrossEntropyLoss" or bool(cfg.train.loss.kwargs), "train.loss",
                     "a loss other than CrossEntropyLoss()"),
                    (only is not None, "--only", "--only"), (resume is not None, "--resume", "--resume")]
@@ -284,7 +283,9 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     name, kwargs = optimizer_spec(cfg.optimizer)
     spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), {"name": name, **kwargs}, np.asarray(x),
                    np.asarray(y), world_size=n, local_batch=batch, steps=steps, seed=cfg.train.seed,
-                   sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode, backend=par.backend)
+                   sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode, backend=par.backend,
+                   scheduler=cfg.scheduler)
+    _jax_optimizer(cfg, spec.steps_per_epoch(), [({}, None)])  # bad scheduler options fail here, not in a rank
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=None)
     folder = _make_folder(cfg, runs_dir) if write else None
     report.run_dir = None if folder is None else str(folder)

@@ -59,6 +59,27 @@ def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None
     np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5 if dtype == "float32" else 1e-12)
 
 
+@pytest.mark.parametrize("scheduler", [
+    {"name": "StepLR", "kwargs": {"step_size": 1, "gamma": 0.5}, "interval": "epoch"},  # 5 steps per epoch
+    {"name": "OneCycleLR", "kwargs": {"max_lr": 0.1, "total_steps": 20}, "interval": "step"},  # cycles momentum
+])
+def test_lenet_with_lr_scheduler_matches_torch_ddp(scheduler: dict) -> None:
+    """torch's real scheduler on every DDP rank (stepped per epoch or per step) vs jax_impl's schedule in
+    the JAX step: measured 1.5e-7 (StepLR) and 1.6e-7 (OneCycleLR, momentum cycled too), losses 1.1e-7
+    apart; the same run without the scheduler ends 1.04 (StepLR) and 0.15 away, so the schedule is
+    followed. Bar 1e-4 (issue #9's float32 bar; the LeNet runs without a scheduler measure 2e-5 at most)."""
+    from parity.config.schema import SchedulerConfig
+
+    x, y = _data(70, (1, 8, 8))
+    spec = DDPSpec(*LENET, {"name": "SGD", "lr": 0.05, "momentum": 0.9}, x, y, world_size=2, local_batch=8,
+                   steps=20, scheduler=SchedulerConfig(**scheduler))
+    assert spec.steps_per_epoch() == 5  # 35 samples per rank (70 / 2), batches of 8
+    torch_run, jax_run = compare_ddp(spec, timeout=300)
+    d = divergence(torch_run["state"], jax_run["state"])
+    assert d["params"] <= 1e-4, d
+    np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5)
+
+
 @pytest.mark.slow  # ~73 s: ResNet-18 compiled under pmap, plus torch
 def test_sync_batchnorm_matches_global_batch_norm() -> None:
     """JAX SyncBatchNorm over 2 replicas vs torch's BatchNorm on the concatenated global batch (torch's own

@@ -189,10 +189,20 @@ def test_parallel_config_runs_torch_ddp_against_jax(tmp_path, mode):
     assert len(report.steps) == 20 and (tmp_path / report.run_dir / "report.json").exists()
 
 
+def test_parallel_config_with_a_scheduler(tmp_path):
+    """configs/lenet_digits_ddp.yaml with a per-epoch StepLR: torch's scheduler on each DDP rank vs JAX's
+    schedule; 60 steps cross the first epoch boundary (45 steps per epoch: 1438 samples, 2 ranks, batch
+    16), bar 1e-4."""
+    cfg = load_config("configs/lenet_digits_ddp.yaml", ["scheduler={name: StepLR, step_size: 1, gamma: 0.5}"])
+    report = run_experiment(cfg, max_steps=60, runs_dir=tmp_path, progress=False)
+    assert report.passed, report.message
+    assert report.epochs[-1].param_max_rel <= 1e-4, report.message
+
+
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
-    assert main([*args, "scheduler={name: StepLR, step_size: 1}"]) == 2
-    assert "do not support an LR scheduler" in capsys.readouterr().err
+    assert main([*args, "train.loss={name: CrossEntropyLoss, label_smoothing: 0.1}"]) == 2
+    assert "do not support a loss other than CrossEntropyLoss()" in capsys.readouterr().err
     assert main([*args, "parallel.backend=nccl"]) == (2 if not __import__("torch").cuda.is_available() else 0)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
