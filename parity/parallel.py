@@ -35,7 +35,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["DDPSpec", "compare_ddp", "divergence", "initial_state", "jax_run", "torch_reference"]
+__all__ = ["DDPSpec", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
+           "torch_reference", "validate_spec"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class DDPSpec:
 
     model: str
     model_kwargs: dict[str, Any]
-    optimizer: dict[str, Any]  # {"name": "SGD", "lr": ..., ...}
+    optimizer: Any  # {"name": "SGD", "lr": ..., ...} or parity.config.OptimizerConfig (param_groups too)
     x: np.ndarray
     y: np.ndarray
     world_size: int = 2
@@ -58,6 +59,7 @@ class DDPSpec:
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # torch_ref.parallel.resolve_backend
     jax_platform: str | None = None  # JAX_PLATFORMS for the JAX processes ("cpu": host devices on a GPU box)
     scheduler: Any = None  # parity.config.SchedulerConfig: torch's scheduler, stepped per its interval
+    loss: Any = None  # parity.config.LossConfig (torch.nn / jax_impl.nn class and kwargs); None: CrossEntropyLoss()
 
     def steps_per_epoch(self) -> int:
         """Batches per epoch on each rank: ``DistributedSampler`` (padding) then batching (no drop_last)."""
@@ -92,7 +94,6 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     import torch.distributed as dist
 
     from torch_ref import parallel
-    from torch_ref.optim import build_optimizer
 
     torch.set_num_threads(1)
     cuda = spec.torch_device == "cuda" or (spec.torch_device == "auto" and torch.cuda.is_available())
@@ -102,12 +103,12 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
         torch.backends.cudnn.deterministic = True
     model, dtype = _torch_model(spec, initial)
     ddp = parallel.wrap(model, sync_bn=spec.sync_bn, device="cuda" if cuda else "cpu")
-    optimizer = build_optimizer(spec.optimizer, ddp.parameters())
+    optimizer = _torch_optimizer(spec, ddp.module)
     scheduler = _torch_scheduler(spec, optimizer)
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(spec.x).to(dtype), torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = _loss(spec, torch.nn)
     device = next(ddp.parameters()).device
     losses, step, epoch = [], 0, 0
     ddp.train()
@@ -141,13 +142,11 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     is SyncBN's arithmetic: global-batch statistics, and the gradient of the mean of the local mean losses."""
     import torch
 
-    from torch_ref.optim import build_optimizer
-
     model, dtype = _torch_model(spec, initial)
     model.train()
-    optimizer = build_optimizer(spec.optimizer, model.parameters())
+    optimizer = _torch_optimizer(spec, model)
     scheduler = _torch_scheduler(spec, optimizer)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = _loss(spec, torch.nn)
     losses = []
     per_epoch = spec.steps_per_epoch()
     for step, batches in enumerate(_rank_batches(spec, spec.world_size, range(spec.world_size))):
@@ -161,6 +160,28 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
     return {"state": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, "losses": losses}
+
+
+def _loss(spec: DDPSpec, namespace: Any) -> Any:
+    """``namespace.<loss name>(**kwargs)``: ``torch.nn`` or ``jax_impl.nn``."""
+    if spec.loss is None:
+        return namespace.CrossEntropyLoss()
+    return getattr(namespace, spec.loss.name)(**spec.loss.kwargs)
+
+
+def _groups(spec: DDPSpec, names: list[str]) -> list[tuple[dict[str, Any], list[str]]]:
+    from parity.optim import param_group_members
+
+    return param_group_members(spec.optimizer, names)
+
+
+def _torch_optimizer(spec: DDPSpec, model: Any) -> Any:
+    """The real torch optimizer over ``model`` (DDP's ``module``), one torch param group per config group."""
+    from torch_ref.optim import build_optimizer
+
+    named = dict(model.named_parameters())
+    return build_optimizer(spec.optimizer, [{"params": [named[n] for n in names], **overrides}
+                                            for overrides, names in _groups(spec, list(named))])
 
 
 def _torch_scheduler(spec: DDPSpec, optimizer: Any) -> Any:
@@ -199,7 +220,6 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     from jax_impl.nn import SyncBatchNorm
     from parity.convert.modules import load_torch_state_dict
     from parity.numerics import match_torch_sqrt
-    from parity.optim import build_jax_optimizer
     from parity.runner import _cast_jax_model
 
     match_torch_sqrt()  # this process's optimizer uses torch's CPU sqrt, as the runner does
@@ -213,15 +233,45 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     if spec.sync_bn:
         model = SyncBatchNorm.convert_sync_batchnorm(model, axis_name=axis_name)
     model.train()
-    if spec.scheduler is None:
-        return model, build_jax_optimizer(spec.optimizer)
+    return model, jax_optimizer(spec, list(param_names(spec)))
+
+
+def param_names(spec: DDPSpec) -> list[str]:
+    """The torch model's parameter names, in ``named_parameters()`` order (what param groups match)."""
+    import torch_ref.models as tm
+
+    return [name for name, _ in getattr(tm, spec.model)(**spec.model_kwargs).named_parameters()]
+
+
+def validate_spec(spec: DDPSpec) -> None:
+    """Builds both optimizers (with groups and schedulers) and both losses of ``spec`` once, in this process.
+
+    Raises what building them raises (torch's ``ValueError`` / ``TypeError``
+    for bad options, ``NotImplementedError`` for what jax_impl lacks,
+    ``AttributeError`` for an unknown loss), before any rank is started.
+    """
+    import torch
+
+    import jax_impl.nn as jnn
+    import torch_ref.models as tm
+
+    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    _torch_scheduler(spec, _torch_optimizer(spec, model))
+    jax_optimizer(spec, [name for name, _ in model.named_parameters()])
+    _loss(spec, torch.nn)
+    _loss(spec, jnn)
+
+
+def jax_optimizer(spec: DDPSpec, names: list[str]) -> Any:
+    """``jax_impl.optim``'s transformation for ``spec``: param groups and the schedule wired in as the runner
+    does it (``parity.runner._jax_optimizer``). Raises for options jax_impl lacks."""
     import types
 
     from parity.runner import _jax_optimizer
 
     cfg = types.SimpleNamespace(optimizer=spec.optimizer, scheduler=spec.scheduler)  # what _jax_optimizer reads
-    tx, _ = _jax_optimizer(cfg, spec.steps_per_epoch(), [({}, None)])
-    return model, tx
+    tx, _ = _jax_optimizer(cfg, spec.steps_per_epoch(), _groups(spec, names))
+    return tx
 
 
 def _state_dict(model) -> dict[str, np.ndarray]:
@@ -246,7 +296,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())}{hint}")
     model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
     graphdef, state = parallel.init_train_state(model, tx)
-    loss_fn = jnn.CrossEntropyLoss()
+    loss_fn = _loss(spec, jnn)
     fdtype = np.float64 if spec.dtype == "float64" else np.float32
     losses = []
     if spec.mode in ("pmap", "vmap"):
@@ -288,7 +338,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
     graphdef, state = parallel.init_train_state(model, tx)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
-    step = parallel.sharded_train_step(graphdef, jnn.CrossEntropyLoss(), tx, mesh)
+    step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh)
     state = jax.device_put(state, NamedSharding(mesh, P()))
     rows = NamedSharding(mesh, P(parallel.AXIS))
     fdtype = np.float64 if spec.dtype == "float64" else np.float32

@@ -261,14 +261,10 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     from jax_impl.data import datasets as jdata
     from jax_impl.data.collate import default_collate
     from parity.config import ConfigError
-    from parity.parallel import DDPSpec, compare_ddp, divergence
-    from torch_ref.optim import optimizer_spec
+    from parity.parallel import DDPSpec, compare_ddp, divergence, validate_spec
 
     par = cfg.parallel
-    unsupported = [(bool(cfg.optimizer.param_groups), "optimizer.param_groups", "param groups"),
-                   (cfg.train.loss.name != "CrossEntropyLoss" or bool(cfg.train.loss.kwargs), "train.loss",
-                    "a loss other than CrossEntropyLoss()"),
-                   (only is not None, "--only", "--only"), (resume is not None, "--resume", "--resume")]
+    unsupported = [(only is not None, "--only", "--only"), (resume is not None, "--resume", "--resume")]
     for bad, path, what in unsupported:
         if bad:
             raise ConfigError(f"data-parallel runs (parallel.world_size > 1) do not support {what} yet", path=path)
@@ -280,12 +276,14 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     n, batch = par.world_size, cfg.data.batch_size
     steps_per_epoch = math.ceil(math.ceil(len(dataset) / n) / batch)
     steps = cfg.train.epochs * steps_per_epoch if max_steps is None else min(max_steps, cfg.train.epochs * steps_per_epoch)
-    name, kwargs = optimizer_spec(cfg.optimizer)
-    spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), {"name": name, **kwargs}, np.asarray(x),
+    spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, np.asarray(x),
                    np.asarray(y), world_size=n, local_batch=batch, steps=steps, seed=cfg.train.seed,
                    sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode, backend=par.backend,
-                   scheduler=cfg.scheduler)
-    _jax_optimizer(cfg, spec.steps_per_epoch(), [({}, None)])  # bad scheduler options fail here, not in a rank
+                   scheduler=cfg.scheduler, loss=cfg.train.loss)
+    try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
+        validate_spec(spec)
+    except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=None)
     folder = _make_folder(cfg, runs_dir) if write else None
     report.run_dir = None if folder is None else str(folder)

@@ -201,8 +201,10 @@ def test_parallel_config_with_a_scheduler(tmp_path):
 
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
-    assert main([*args, "train.loss={name: CrossEntropyLoss, label_smoothing: 0.1}"]) == 2
-    assert "do not support a loss other than CrossEntropyLoss()" in capsys.readouterr().err
+    assert main([*args, "--only", "torch"]) == 2
+    assert "do not support --only" in capsys.readouterr().err
+    assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
+    assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
     assert main([*args, "parallel.backend=nccl"]) == (2 if not __import__("torch").cuda.is_available() else 0)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
