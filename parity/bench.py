@@ -201,11 +201,11 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
 
 def _section_gpu(results_dir: Path) -> list[str]:
     """The ``train_step`` runs on a GPU (``benchmarks/run_gpu.sh``): ``train_step_cuda*.json``, if any."""
-    runs = [(p.stem, json.loads(p.read_text())) for p in sorted(results_dir.glob("train_step_cuda*.json"))]
+    runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("train_step_cuda*.json"))]
     if not runs:
         return []
-    runs.sort(key=lambda r: (_machine(r[1]).get("date", ""), r[0]))
-    m = _machine(runs[0][1])
+    runs.sort(key=lambda data: _machine(data).get("date", ""))
+    m = _machine(runs[0])
     lines = ["## Train step and inference on a GPU", "",
              f"`benchmarks/train_step.py --device cuda [--tf32]` (`benchmarks/run_gpu.sh`) on {m.get('gpus', 1)} x "
              f"{m.get('gpu', 'GPU')} ({m.get('cpu', '')}, {m.get('logical_cores', '?')} cores): torch "
@@ -216,13 +216,13 @@ def _section_gpu(results_dir: Path) -> list[str]:
              "layers ask for `HIGHEST` themselves, so it changes only torch). No bar is set for GPUs.", "",
              "| run | TF32 | case | train torch ms | train JAX ms | train ratio | infer torch ms | infer JAX ms | "
              "infer ratio |", "|---|---|---|---|---|---|---|---|---|"]
-    for stem, data in runs:
+    for data in runs:
         date = _machine(data).get("date", "")[:16]
         for name, res in data["cases"].items():
             lines.append(f"| {date} | {'on' if data.get('tf32') else 'off'} | {name} | {_ms(res['train']['torch'])} | "
                          f"{_ms(res['train']['jax'])} | {res['train']['ratio']:.2f} | {_ms(res['infer']['torch'])} | "
                          f"{_ms(res['infer']['jax'])} | {res['infer']['ratio']:.2f} |")
-    for stem, data in runs:
+    for data in runs:
         memory = {name: res["memory"] for name, res in data["cases"].items() if "memory" in res}
         if not memory:
             continue

@@ -14,11 +14,9 @@ buffers) of each, plus per-step losses (the mean over ranks):
   ``DistributedSampler(shuffle=True, seed=seed)`` and a ``DataLoader`` of
   ``local_batch`` samples, calling ``set_epoch`` every epoch;
 * JAX: one process with ``world_size`` devices (``pmap`` or the sharded
-  ``jit``; the default backend's, or the CPU's host devices with
-  ``jax_platform="cpu"``, e.g. on a one-GPU box) or ``world_size``
-  processes joined by ``jax.distributed``, or ``world_size`` vmapped
-  replicas on one device (``mode="vmap"``)
-  (``mode="multiprocess"``), each replica reading rank ``i``'s batches from
+  ``jit``), ``world_size`` vmapped replicas on one device
+  (``mode="vmap"``, e.g. on a one-GPU box) or ``world_size`` processes
+  joined by ``jax.distributed`` (``mode="multiprocess"``), each replica reading rank ``i``'s batches from
   ``jax_impl.data.DistributedSampler`` with the same seed.
 
 Both start from the seeded torch model's weights (converted). Uneven data
@@ -36,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = ["DDPSpec", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
-           "torch_reference", "validate_spec"]
+           "steps_per_epoch", "torch_reference", "validate_spec"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,34 +55,40 @@ class DDPSpec:
     mode: Literal["pmap", "sharded", "vmap", "multiprocess"] = "pmap"
     torch_device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when torch has it
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # torch_ref.parallel.resolve_backend
-    jax_platform: str | None = None  # JAX_PLATFORMS for the JAX processes ("cpu": host devices on a GPU box)
     scheduler: Any = None  # parity.config.SchedulerConfig: torch's scheduler, stepped per its interval
     loss: Any = None  # parity.config.LossConfig (torch.nn / jax_impl.nn class and kwargs); None: CrossEntropyLoss()
 
     def steps_per_epoch(self) -> int:
-        """Batches per epoch on each rank: ``DistributedSampler`` (padding) then batching (no drop_last)."""
-        per_rank = math.ceil(len(self.x) / self.world_size)
-        return math.ceil(per_rank / self.local_batch)
+        return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
+
+
+def steps_per_epoch(samples: int, world_size: int, local_batch: int) -> int:
+    """Batches per epoch on each rank: ``DistributedSampler`` (padded to a multiple of ``world_size``),
+    then batches of ``local_batch`` (the last one smaller, no ``drop_last``)."""
+    return math.ceil(math.ceil(samples / world_size) / local_batch)
+
+
+def _build(spec: DDPSpec) -> Any:
+    """``torch_ref.models.<model>(**model_kwargs)``, freshly initialised."""
+    import torch_ref.models as tm
+
+    return getattr(tm, spec.model)(**spec.model_kwargs)
 
 
 def initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
+    """The seeded torch model's ``state_dict`` as numpy: where both frameworks start."""
     import torch
 
-    import torch_ref.models as tm
-
     torch.manual_seed(spec.seed)
-    model = getattr(tm, spec.model)(**spec.model_kwargs)
-    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    return {k: v.detach().numpy().copy() for k, v in _build(spec).state_dict().items()}
 
 
 def _torch_model(spec: DDPSpec, initial: dict[str, np.ndarray]):
     """``(torch model holding initial, in spec's dtype; that dtype)``."""
     import torch
 
-    import torch_ref.models as tm
-
     dtype = torch.float64 if spec.dtype == "float64" else torch.float32
-    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    model = _build(spec)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
     return model.to(dtype), dtype
 
@@ -233,14 +237,12 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     if spec.sync_bn:
         model = SyncBatchNorm.convert_sync_batchnorm(model, axis_name=axis_name)
     model.train()
-    return model, jax_optimizer(spec, list(param_names(spec)))
+    return model, jax_optimizer(spec, param_names(spec))
 
 
 def param_names(spec: DDPSpec) -> list[str]:
     """The torch model's parameter names, in ``named_parameters()`` order (what param groups match)."""
-    import torch_ref.models as tm
-
-    return [name for name, _ in getattr(tm, spec.model)(**spec.model_kwargs).named_parameters()]
+    return [name for name, _ in _build(spec).named_parameters()]
 
 
 def validate_spec(spec: DDPSpec) -> None:
@@ -253,9 +255,8 @@ def validate_spec(spec: DDPSpec) -> None:
     import torch
 
     import jax_impl.nn as jnn
-    import torch_ref.models as tm
 
-    model = getattr(tm, spec.model)(**spec.model_kwargs)
+    model = _build(spec)
     _torch_scheduler(spec, _torch_optimizer(spec, model))
     jax_optimizer(spec, [name for name, _ in model.named_parameters()])
     _loss(spec, torch.nn)
@@ -292,8 +293,8 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     n = spec.world_size
     devices = jax.local_devices()[:n]
     if len(devices) != n and spec.mode != "vmap":
-        hint = "" if jax.default_backend() == "cpu" else ' (DDPSpec(jax_platform="cpu") uses the CPU\'s host devices)'
-        raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())}{hint}")
+        raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())} "
+                           '(DDPSpec(mode="vmap") runs the replicas on one device)')
     model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
     graphdef, state = parallel.init_train_state(model, tx)
     loss_fn = _loss(spec, jnn)
@@ -393,12 +394,10 @@ def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, time
     from jax_impl.parallel import launch, spawn
 
     initial = initial_state(spec) if initial is None else initial
-    env = None if spec.jax_platform is None else {"JAX_PLATFORMS": spec.jax_platform}
     if spec.mode == "multiprocess":
-        return launch(_jax_process, spec.world_size, (spec, initial), timeout=timeout, env=env)[0]
+        return launch(_jax_process, spec.world_size, (spec, initial), timeout=timeout)[0]
     local = 1 if spec.mode == "vmap" else spec.world_size
-    return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout,
-                 env=env)[0]
+    return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout)[0]
 
 
 def divergence(torch_state: dict[str, np.ndarray], jax_state: dict[str, np.ndarray]) -> dict[str, Any]:

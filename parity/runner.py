@@ -262,6 +262,7 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     from jax_impl.data.collate import default_collate
     from parity.config import ConfigError
     from parity.parallel import DDPSpec, compare_ddp, divergence, validate_spec
+    from parity.parallel import steps_per_epoch as ddp_steps_per_epoch
 
     par = cfg.parallel
     unsupported = [(only is not None, "--only", "--only"), (resume is not None, "--resume", "--resume")]
@@ -274,7 +275,7 @@ def _run_parallel(cfg, only, max_steps, runs_dir, write, resume) -> RunReport:
     dataset = jdata.build_dataset(cfg.data.dataset, train=True, **split)
     x, y = default_collate([dataset[i] for i in range(len(dataset))])
     n, batch = par.world_size, cfg.data.batch_size
-    steps_per_epoch = math.ceil(math.ceil(len(dataset) / n) / batch)
+    steps_per_epoch = ddp_steps_per_epoch(len(dataset), n, batch)
     steps = cfg.train.epochs * steps_per_epoch if max_steps is None else min(max_steps, cfg.train.epochs * steps_per_epoch)
     spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, np.asarray(x),
                    np.asarray(y), world_size=n, local_batch=batch, steps=steps, seed=cfg.train.seed,

@@ -92,8 +92,8 @@ def train_step_fn(
     """The per-replica DDP step ``(state, x, y) -> (state, mean loss over replicas)``.
 
     Call it under a mapping that names ``axis_name`` (``jax.pmap``,
-    ``shard_map``); :func:`pmap_train_step` and :func:`sharded_train_step`
-    do that.
+    ``shard_map``, ``jax.vmap``); :func:`pmap_train_step`,
+    :func:`sharded_train_step` and :func:`vmap_train_step` do that.
 
     Args:
       graphdef: from :func:`init_train_state`.
