@@ -97,9 +97,9 @@ def wrap(model: torch.nn.Module, *, sync_bn: bool = False, broadcast_buffers: bo
     if sync_bn:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if device == "cuda" or (device is None and dist.get_backend() == "nccl"):
-        device = torch.cuda.current_device()
-        model = model.cuda(device)
-        kwargs.setdefault("device_ids", [device])
+        gpu = torch.cuda.current_device()
+        model = model.cuda(gpu)
+        kwargs.setdefault("device_ids", [gpu])
     if not broadcast_buffers:  # torch 2.13 deprecates the argument but keeps its meaning; True is the default
         kwargs["broadcast_buffers"] = False
     return torch.nn.parallel.DistributedDataParallel(model, **kwargs)
