@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from flax import nnx
 
+from jax_impl.nn import channels_last_eval
 from parity.convert.modules import module_state
 
 __all__ = ["LayerRecord", "ModelComparison", "build_models", "compare_models", "input_shape", "summary"]
@@ -166,7 +167,9 @@ def _run_both(torch_model, jax_model, inputs, train: bool):
     t_out, t_kind, t_final = _record_torch(torch_model, torch.from_numpy(np.array(x)))
     j_out: dict[str, np.ndarray] = {}
     j_kind: dict[str, str] = {}
-    with _recording(jax_model, j_out, j_kind):
+    # Every submodule's output is recorded, so the model runs module by module (the channels-last
+    # eval blocks of jax_impl.models skip their submodules' calls).
+    with _recording(jax_model, j_out, j_kind), channels_last_eval(False):
         j_final = np.asarray(jax_model(jax.numpy.asarray(x)))
     return t_out, t_kind, t_final, j_out, j_kind, j_final
 

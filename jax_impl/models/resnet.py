@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl import nn
+from jax_impl.nn import _channels_last as cl
 from jax_impl.nn import init
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50"]
@@ -48,12 +49,24 @@ class BasicBlock(nn.Module):
         self.stride = stride
 
     def __call__(self, x):
+        if _channels_last(self, x):
+            return cl.to_nchw(self.forward_nhwc(cl.to_nhwc(x)))
         identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         if self.downsample is not None:
             identity = self.downsample(x)
         return self.relu(out + identity)
+
+    def _chain(self):
+        return [(self.conv1, self.bn1), (self.conv2, self.bn2)]
+
+    def forward_nhwc(self, z):
+        """The eval forward on NHWC ``z`` (``jax_impl/nn/_channels_last.py``); :meth:`__call__` picks it."""
+        out = cl.conv_bn_relu(self.conv1, self.bn1, z)
+        out = cl.conv_bn_relu(self.conv2, self.bn2, out, activation=False)
+        identity = z if self.downsample is None else cl.conv_bn_relu(*self.downsample, z, activation=False)
+        return cl.relu(out + identity)
 
 
 class Bottleneck(nn.Module):
@@ -75,6 +88,8 @@ class Bottleneck(nn.Module):
         self.stride = stride
 
     def __call__(self, x):
+        if _channels_last(self, x):
+            return cl.to_nchw(self.forward_nhwc(cl.to_nhwc(x)))
         identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -82,6 +97,40 @@ class Bottleneck(nn.Module):
         if self.downsample is not None:
             identity = self.downsample(x)
         return self.relu(out + identity)
+
+    def _chain(self):
+        return [(self.conv1, self.bn1), (self.conv2, self.bn2), (self.conv3, self.bn3)]
+
+    def forward_nhwc(self, z):
+        """The eval forward on NHWC ``z`` (``jax_impl/nn/_channels_last.py``); :meth:`__call__` picks it."""
+        out = cl.conv_bn_relu(self.conv1, self.bn1, z)
+        out = cl.conv_bn_relu(self.conv2, self.bn2, out)
+        out = cl.conv_bn_relu(self.conv3, self.bn3, out, activation=False)
+        identity = z if self.downsample is None else cl.conv_bn_relu(*self.downsample, z, activation=False)
+        return cl.relu(out + identity)
+
+
+def _chain_ok(chain, x_shape) -> tuple[int, ...] | None:
+    """The output shape of ``(conv, bn)`` pairs applied in turn, or ``None`` if one cannot run channels-last."""
+    shape = tuple(x_shape)
+    for conv, bn in chain:
+        shape = cl.conv_shape(conv, shape) if isinstance(conv, nn.Conv2d) else None
+        if shape is None or not isinstance(bn, nn.BatchNorm2d) or not cl.batch_norm_ok(bn):
+            return None
+    return shape
+
+
+def _channels_last(block, x) -> bool:
+    """Run ``block`` channels-last: eval mode on XLA:CPU, every conv on Eigen's route (``_channels_last``)."""
+    if block.training or not cl.usable(x):
+        return False
+    if _chain_ok(block._chain(), x.shape) is None:
+        return False
+    ds = block.downsample
+    if ds is None:
+        return True
+    return (isinstance(ds, nn.Sequential) and len(ds) == 2
+            and _chain_ok([(ds[0], ds[1])], x.shape) is not None)
 
 
 class ResNet(nn.Module):
@@ -123,6 +172,12 @@ class ResNet(nn.Module):
                 if last is not None:
                     last.weight[...] = jnp.zeros_like(last.weight[...])
 
+    def _stem_channels_last(self, x) -> bool:
+        if self.training or not cl.usable(x) or not isinstance(self.maxpool, nn.MaxPool2d):
+            return False
+        shape = _chain_ok([(self.conv1, self.bn1)], x.shape)
+        return shape is not None and cl.pool_ok(self.maxpool, shape)
+
     def _make_layer(self, block, planes: int, blocks: int, stride: int = 1, *, rngs=None) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes * block.expansion:
@@ -137,7 +192,11 @@ class ResNet(nn.Module):
         return nn.Sequential(*layers)
 
     def __call__(self, x):
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        if self._stem_channels_last(x):
+            z = cl.conv_bn_relu(self.conv1, self.bn1, cl.to_nhwc(x))
+            x = cl.to_nchw(cl.max_pool2d(self.maxpool, z))  # the next block's transpose cancels this one
+        else:
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = self.avgpool(x)
         return self.fc(x.reshape(x.shape[0], -1))

@@ -1,0 +1,220 @@
+"""Eval-mode ResNet blocks computed channels-last (NHWC) on XLA:CPU.
+
+XLA:CPU runs every 2-D convolution in Eigen's NHWC layout. For an NCHW model
+it transposes each conv's input into NHWC and its result back, and the
+elementwise ops between convs (BatchNorm, ReLU, the residual sum, the max
+pool) read one layout and write the other. A block whose arrays are NHWC
+throughout has none of these copies: its convs read and write in place and
+its elementwise ops run over contiguous channels. The values are those of the
+NCHW block: the same Eigen convolution (XLA canonicalises an NCHW conv to
+exactly this NHWC one), torch's eval BatchNorm formula per channel, the same
+ReLU and max pool; only where the NCHW model would have taken another route
+(``jax_impl/nn/_fast_conv.py``: the GEMM forward at most four times as many
+output pixels as output channels) do the sums run in Eigen's order instead.
+
+Measured on the project's 2-core AMD EPYC (AVX-512), ResNet-18 inference,
+in-process A/B: batch 4 at 224x224 88.4 -> 83.6 ms (torch 86.0), batch 32 at
+64x64 57.1 -> 55.4 ms (torch 54.0). Blocks whose convs take the im2col +
+GEMM route (``_use_gemm``: ResNet-18's last stage at both sizes) stay NCHW:
+that route reads the OIHW weight in place, and channels-last GEMMs measured
+slower (224x224: 83.6 -> 96.3 ms).
+
+Used only in eval mode (BatchNorm with running statistics; training was
+slower channels-last, see the README), on the CPU backend, and while
+:func:`channels_last_eval` has not turned it off. Gradients through it stay
+the NCHW model's: a conv's tangent is ``jax_impl.nn.functional.conv2d``'s,
+between transposes (a ``custom_jvp``), so its routed derivatives apply.
+``parity.models.compare_models`` turns it off, since it records every
+submodule's output, which the NHWC block does not produce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_impl.nn._fast_conv import _out_size, _use_direct, _use_gemm, conv2d_core
+from jax_impl.nn._functional_activation import relu
+
+__all__ = ["channels_last_eval", "channels_last_eval_enabled"]
+
+_HIGHEST = lax.Precision.HIGHEST
+_ENABLED = [True]
+
+
+@contextlib.contextmanager
+def channels_last_eval(enabled: bool = True) -> Iterator[None]:
+    """Turn the channels-last eval path of ``jax_impl.models``' ResNets on or off inside a ``with`` block.
+
+    Read when a model is called (traced), so a function jitted inside the
+    block keeps the choice it was traced with.
+    """
+    previous = _ENABLED[0]
+    _ENABLED[0] = bool(enabled)
+    try:
+        yield
+    finally:
+        _ENABLED[0] = previous
+
+
+def channels_last_eval_enabled() -> bool:
+    """Whether eval-mode ResNet blocks may run channels-last (see :func:`channels_last_eval`)."""
+    return _ENABLED[0]
+
+
+def to_nhwc(x):
+    return jnp.transpose(x, (0, 2, 3, 1))
+
+
+def to_nchw(z):
+    return jnp.transpose(z, (0, 3, 1, 2))
+
+
+def _pads(conv) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    p = conv.padding
+    if isinstance(p, str):
+        return None
+    p = (p, p) if isinstance(p, int) else tuple(p)
+    return (p[0], p[0]), (p[1], p[1])
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_shape(conv, x_shape) -> tuple[int, ...] | None:
+    """The NCHW output shape of ``conv`` on ``x_shape`` if it can run channels-last, else ``None``.
+
+    Channels-last: an ungrouped, zero-padded 2-D conv with integer padding,
+    whose NCHW route is Eigen's convolution (not the im2col + GEMM route nor
+    the fused loop of ``_fast_conv``).
+    """
+    pads = _pads(conv)
+    w = conv.weight[...]
+    if (pads is None or conv.groups != 1 or conv.padding_mode != "zeros" or w.ndim != 4
+            or len(x_shape) != 4 or x_shape[1] != w.shape[1] or x_shape[0] == 0):
+        return None
+    stride, dilation = _pair(conv.stride), _pair(conv.dilation)
+    out = _out_size(x_shape, w.shape, stride, pads, dilation)
+    if min(out) < 1 or _use_gemm(x_shape, w.shape, stride, pads, dilation) or _use_direct(w, x_shape, out):
+        return None
+    return (x_shape[0], w.shape[0], *out)
+
+
+def batch_norm_ok(bn) -> bool:
+    """An eval-mode BatchNorm that normalises with its running statistics."""
+    return not bn.training and bn.running_mean is not None and bn.running_var is not None
+
+
+def usable(x) -> bool:
+    """The switch is on, the backend is XLA:CPU and ``x`` is a batched floating NCHW array."""
+    return (_ENABLED[0] and jax.default_backend() == "cpu" and getattr(x, "ndim", 0) == 4
+            and jnp.issubdtype(x.dtype, jnp.floating))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _conv_nhwc(z, w, stride, pads, dilation):
+    return lax.conv_general_dilated(z, jnp.transpose(w, (2, 3, 1, 0)), stride, list(pads), rhs_dilation=dilation,
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=_HIGHEST)
+
+
+@_conv_nhwc.defjvp
+def _conv_nhwc_jvp(stride, pads, dilation, primals, tangents):
+    # The tangent (and so the reverse-mode gradients) of the NCHW route, between transposes.
+    def nchw(z, w):
+        return to_nhwc(conv2d_core(to_nchw(z), w, stride, pads, dilation))
+
+    _, dy = jax.jvp(nchw, primals, tangents)
+    return _conv_nhwc(*primals, stride, pads, dilation), dy
+
+
+def conv2d(conv, z):
+    """``conv`` (a ``Conv2d`` that :func:`conv_shape` accepts) on NHWC ``z``."""
+    w = conv.weight[...]
+    stride, dilation, pads = _pair(conv.stride), _pair(conv.dilation), _pads(conv)
+    if w.shape[2:] == (1, 1) and pads == ((0, 0), (0, 0)):
+        # A 1x1 conv is a GEMM over the channels of the strided view (jax's own derivatives).
+        y = lax.dot_general(z[:, ::stride[0], ::stride[1], :], w[:, :, 0, 0], (((3,), (1,)), ((), ())),
+                            precision=_HIGHEST)
+    else:
+        y = _conv_nhwc(z, w, stride, pads, dilation)
+    b = conv._bias()
+    return y if b is None else y + b
+
+
+def batch_norm(bn, z):
+    """torch's eval BatchNorm on NHWC ``z``: ``alpha = weight / sqrt(running_var + eps)``,
+    ``beta = bias - running_mean * alpha``, ``y = x * alpha + beta`` (``_functional_norm``)."""
+    rv = bn.running_var[...]
+    invstd = 1 / jnp.sqrt(rv + jnp.asarray(bn.eps, rv.dtype))
+    alpha = invstd if bn.weight is None else invstd * bn.weight[...]
+    beta = -bn.running_mean[...] * alpha if bn.bias is None else bn.bias[...] - bn.running_mean[...] * alpha
+    return z * alpha + beta
+
+
+def conv_bn_relu(conv, bn, z, *, activation: bool = True):
+    y = batch_norm(bn, conv2d(conv, z))
+    return relu(y) if activation else y
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4, 5, 6))
+def _window_max_nhwc(z, kernel, stride, padding, dilation, ceil_mode, out):
+    # torch's max pool as jax_impl's NCHW one computes it (_max_pool._forward): -inf padding, then
+    # the elementwise maxima (NaN-propagating) of the windows' strided views in row-major order.
+    pads = [(0, 0, 0)]
+    for length, o, k, s, p, d in zip(z.shape[1:3], out, kernel, stride, padding, dilation):
+        pads.append((p, (o - 1) * s + d * (k - 1) + 1 - length - p, 0))  # a negative high pad crops
+    zp = lax.pad(z, np.array(-np.inf, z.dtype), pads + [(0, 0, 0)])
+    y = None
+    for offset in np.ndindex(*kernel):
+        start = (0, offset[0] * dilation[0], offset[1] * dilation[1], 0)
+        limit = (z.shape[0], start[1] + (out[0] - 1) * stride[0] + 1, start[2] + (out[1] - 1) * stride[1] + 1,
+                 z.shape[3])
+        v = lax.slice(zp, start, limit, (1, *stride, 1))
+        y = v if y is None else lax.max(y, v)
+    return y
+
+
+@_window_max_nhwc.defjvp
+def _window_max_nhwc_jvp(kernel, stride, padding, dilation, ceil_mode, out, primals, tangents):
+    # torch's gradient routing is the NCHW pool's (jax_impl/nn/_max_pool.py), between transposes.
+    from jax_impl.nn import functional as F
+
+    def nchw(z):
+        return to_nhwc(F.max_pool2d(to_nchw(z), kernel, stride, padding, dilation, ceil_mode))
+
+    _, dy = jax.jvp(nchw, primals, tangents)
+    return _window_max_nhwc(*primals, kernel, stride, padding, dilation, ceil_mode, out), dy
+
+
+def pool_ok(pool, x_shape) -> bool:
+    """A float ``MaxPool2d`` without ``return_indices`` whose arguments torch accepts for ``x_shape``."""
+    from jax_impl.nn import functional as F
+
+    if pool.return_indices or len(x_shape) != 4:
+        return False
+    try:
+        kernel, stride, padding, dilation = F._pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
+                                                         pool.dilation, "max_pool2d")
+        out = [F._pool_output_size(n, k, s, p, d, pool.ceil_mode)
+               for n, k, s, p, d in zip(x_shape[2:], kernel, stride, padding, dilation)]
+    except (ValueError, TypeError, RuntimeError):
+        return False  # the NCHW module raises torch's error
+    return min(out) >= 1
+
+
+def max_pool2d(pool, z):
+    """``pool`` (a ``MaxPool2d`` that :func:`pool_ok` accepts) on NHWC ``z``."""
+    from jax_impl.nn import functional as F
+
+    kernel, stride, padding, dilation = F._pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
+                                                     pool.dilation, "max_pool2d")
+    out = tuple(F._pool_output_size(n, k, s, p, d, pool.ceil_mode)
+                for n, k, s, p, d in zip(z.shape[1:3], kernel, stride, padding, dilation))
+    return _window_max_nhwc(z, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), pool.ceil_mode, out)
