@@ -105,6 +105,15 @@ def paired_ratio(torch_timing: dict[str, Any], ours: dict[str, Any]) -> float:
     return statistics.median(pairs)
 
 
+def _thp_mode() -> str:
+    """The kernel's transparent huge page mode (``always``, ``madvise``, ``never``), or ``""``."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return ""
+    return text[text.find("[") + 1:text.find("]")] if "[" in text else text.strip()
+
+
 def machine_info() -> dict[str, Any]:
     """The CPU, core count and library versions a result was measured with."""
     cpu = platform.processor() or "unknown"
@@ -121,6 +130,8 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+        "transparent_hugepage": _thp_mode(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     import numpy

@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--markdown", default=None, metavar="PATH",
                        help="the report to write (default docs/benchmarks.md; '-' prints it)")
     bench.add_argument("--render-only", action="store_true", help="run nothing; render the report from the JSON results")
+    bench.add_argument("--no-hugetlb", action="store_true",
+                       help="leave glibc's malloc on 4 KiB pages (by default the benchmark processes run with "
+                       "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless GLIBC_TUNABLES is set)")
     bench.set_defaults(handler=_bench)
     return parser
 
@@ -123,7 +126,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown benchmark(s) {unknown}; choose from {list(bench.BENCHMARKS)}")
     if not args.render_only:
         try:
-            bench.run_benchmarks(names, quick=args.quick, results_dir=results_dir)
+            bench.run_benchmarks(names, quick=args.quick, results_dir=results_dir, hugetlb=not args.no_hugetlb)
         except FileNotFoundError as error:
             raise ConfigError(str(error)) from None
         except RuntimeError as error:

@@ -110,11 +110,12 @@ class Bottleneck(nn.Module):
         return cl.relu(out + identity)
 
 
-def _chain_ok(chain, x_shape) -> tuple[int, ...] | None:
-    """The output shape of ``(conv, bn)`` pairs applied in turn, or ``None`` if one cannot run channels-last."""
-    shape = tuple(x_shape)
+def _chain_ok(chain, x) -> tuple[int, ...] | None:
+    """The output shape of ``(conv, bn)`` pairs applied in turn to ``x``, or ``None`` if one cannot run
+    channels-last."""
+    shape = tuple(x.shape)
     for conv, bn in chain:
-        shape = cl.conv_shape(conv, shape) if isinstance(conv, nn.Conv2d) else None
+        shape = cl.conv_shape(conv, shape, x.dtype) if isinstance(conv, nn.Conv2d) else None
         if shape is None or not isinstance(bn, nn.BatchNorm2d) or not cl.batch_norm_ok(bn):
             return None
     return shape
@@ -124,13 +125,13 @@ def _channels_last(block, x) -> bool:
     """Run ``block`` channels-last: eval mode on XLA:CPU, every conv on Eigen's route (``_channels_last``)."""
     if block.training or not cl.usable(x):
         return False
-    if _chain_ok(block._chain(), x.shape) is None:
+    if _chain_ok(block._chain(), x) is None:
         return False
     ds = block.downsample
     if ds is None:
         return True
     return (isinstance(ds, nn.Sequential) and len(ds) == 2
-            and _chain_ok([(ds[0], ds[1])], x.shape) is not None)
+            and _chain_ok([(ds[0], ds[1])], x) is not None)
 
 
 class ResNet(nn.Module):
@@ -175,7 +176,7 @@ class ResNet(nn.Module):
     def _stem_channels_last(self, x) -> bool:
         if self.training or not cl.usable(x) or not isinstance(self.maxpool, nn.MaxPool2d):
             return False
-        shape = _chain_ok([(self.conv1, self.bn1)], x.shape)
+        shape = _chain_ok([(self.conv1, self.bn1)], x)
         return shape is not None and cl.pool_ok(self.maxpool, shape)
 
     def _make_layer(self, block, planes: int, blocks: int, stride: int = 1, *, rngs=None) -> nn.Sequential:

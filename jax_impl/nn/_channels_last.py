@@ -88,16 +88,16 @@ def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def conv_shape(conv, x_shape) -> tuple[int, ...] | None:
+def conv_shape(conv, x_shape, dtype) -> tuple[int, ...] | None:
     """The NCHW output shape of ``conv`` on ``x_shape`` if it can run channels-last, else ``None``.
 
-    Channels-last: an ungrouped, zero-padded 2-D conv with integer padding,
-    whose NCHW route is Eigen's convolution (not the im2col + GEMM route nor
+    Channels-last: an ungrouped, zero-padded 2-D conv with integer padding and
+    weights of the input's ``dtype``, whose NCHW route is Eigen's convolution (not the im2col + GEMM route nor
     the fused loop of ``_fast_conv``).
     """
     pads = _pads(conv)
     w = conv.weight[...]
-    if (pads is None or conv.groups != 1 or conv.padding_mode != "zeros" or w.ndim != 4
+    if (pads is None or conv.groups != 1 or conv.padding_mode != "zeros" or w.ndim != 4 or w.dtype != dtype
             or len(x_shape) != 4 or x_shape[1] != w.shape[1] or x_shape[0] == 0):
         return None
     stride, dilation = _pair(conv.stride), _pair(conv.dilation)

@@ -129,3 +129,11 @@ def test_gpu_runs_render_their_own_section(tmp_path):
     assert "| 2026-01-02T03:04 | off | lenet_b256 | 2.0 | 4.0 | 0.50 | 2.0 | 2.0 | 1.00 |" in text
     assert "| 2026-01-02T03:04 | on | lenet_b256 |" in text
     assert "| lenet_b256 | 64 | 7 | 9 | 1 |" in text
+
+
+def test_benchmark_env_puts_malloc_on_huge_pages_unless_the_user_set_tunables(monkeypatch):
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert bench.benchmark_env()["GLIBC_TUNABLES"] == bench.HUGETLB_TUNABLE
+    assert "GLIBC_TUNABLES" not in bench.benchmark_env(hugetlb=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+    assert bench.benchmark_env()["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
