@@ -110,28 +110,34 @@ class Bottleneck(nn.Module):
         return cl.relu(out + identity)
 
 
+def _plain(module, cls) -> bool:
+    """``module`` is a ``cls`` whose call is ``cls``'s own: the channels-last path computes what that call
+    does, so a replaced or subclassed layer (another activation, a conv with its own ``__call__``) keeps
+    the module-by-module path."""
+    return isinstance(module, cls) and type(module).__call__ is cls.__call__
+
+
 def _chain_ok(chain, x) -> tuple[int, ...] | None:
     """The output shape of ``(conv, bn)`` pairs applied in turn to ``x``, or ``None`` if one cannot run
     channels-last."""
     shape = tuple(x.shape)
     for conv, bn in chain:
-        shape = cl.conv_shape(conv, shape, x.dtype) if isinstance(conv, nn.Conv2d) else None
-        if shape is None or not isinstance(bn, nn.BatchNorm2d) or not cl.batch_norm_ok(bn):
+        shape = cl.conv_shape(conv, shape, x.dtype) if _plain(conv, nn.Conv2d) else None
+        if shape is None or not _plain(bn, nn.BatchNorm2d) or not cl.batch_norm_ok(bn):
             return None
     return shape
 
 
 def _channels_last(block, x) -> bool:
     """Run ``block`` channels-last: eval mode on XLA:CPU, every conv on Eigen's route (``_channels_last``)."""
-    if block.training or not cl.usable(x):
+    if block.training or not cl.usable(x) or not _plain(block.relu, nn.ReLU):
         return False
     if _chain_ok(block._chain(), x) is None:
         return False
     ds = block.downsample
     if ds is None:
         return True
-    return (isinstance(ds, nn.Sequential) and len(ds) == 2
-            and _chain_ok([(ds[0], ds[1])], x) is not None)
+    return _plain(ds, nn.Sequential) and len(ds) == 2 and _chain_ok([(ds[0], ds[1])], x) is not None
 
 
 class ResNet(nn.Module):
@@ -174,7 +180,8 @@ class ResNet(nn.Module):
                     last.weight[...] = jnp.zeros_like(last.weight[...])
 
     def _stem_channels_last(self, x) -> bool:
-        if self.training or not cl.usable(x) or not isinstance(self.maxpool, nn.MaxPool2d):
+        if (self.training or not cl.usable(x) or not _plain(self.maxpool, nn.MaxPool2d)
+                or not _plain(self.relu, nn.ReLU)):
             return False
         shape = _chain_ok([(self.conv1, self.bn1)], x)
         return shape is not None and cl.pool_ok(self.maxpool, shape)

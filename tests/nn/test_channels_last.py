@@ -104,6 +104,34 @@ def test_switch_off_runs_module_by_module(monkeypatch):
     np.testing.assert_allclose(np.asarray(on), np.asarray(off), rtol=0, atol=1e-5 * float(jnp.abs(off).max()))
 
 
+class _ScaledConv(nn.Conv2d):
+    """A conv with its own call (as weight standardisation would have): the path must not bypass it."""
+
+    def __call__(self, input):
+        return 2.0 * super().__call__(input)
+
+
+@pytest.mark.parametrize("swap", ["relu", "block_relu", "conv", "maxpool"])
+def test_replaced_layers_keep_the_module_path(swap):
+    t, j = _pair("resnet18")
+    if swap == "relu":
+        t.relu, j.relu = torch.nn.GELU(), nn.GELU()
+    elif swap == "block_relu":
+        t.layer1[0].relu, j.layer1[0].relu = torch.nn.GELU(), nn.GELU()
+    elif swap == "maxpool":
+        t.maxpool, j.maxpool = torch.nn.AvgPool2d(3, 2, 1), nn.AvgPool2d(3, 2, 1)
+    else:
+        old = j.layer1[1].conv1  # a block that runs channels-last at 32x32 (layer2 takes the GEMM route)
+        j.layer1[1].conv1 = _ScaledConv(old.in_channels, old.out_channels, 3, padding=1, bias=False)
+        j.layer1[1].conv1.weight[...] = old.weight[...]
+        t.layer1[1].conv1.weight.data.mul_(2.0)
+    x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    with torch.no_grad():
+        want = t.eval()(torch.from_numpy(x)).numpy()
+    got = j.eval()(jnp.asarray(x))
+    assert _rel(got, want) <= 1e-5
+
+
 def test_train_mode_never_takes_the_path(monkeypatch):
     _, j = _pair("resnet18")
     j.train()
