@@ -39,8 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl.nn import functional as F
 from jax_impl.nn._fast_conv import _out_size, _use_direct, _use_gemm, conv2d_core
 from jax_impl.nn._functional_activation import relu
+from jax_impl.nn._functional_norm import affine, eval_invstd
 
 __all__ = ["channels_last_eval", "channels_last_eval_enabled"]
 
@@ -77,15 +79,10 @@ def to_nchw(z):
 
 
 def _pads(conv) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    p = conv.padding
-    if isinstance(p, str):
+    if isinstance(conv.padding, str):
         return None
-    p = (p, p) if isinstance(p, int) else tuple(p)
-    return (p[0], p[0]), (p[1], p[1])
-
-
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
+    ph, pw = F._ntuple(conv.padding, 2, "padding")
+    return (ph, ph), (pw, pw)
 
 
 def conv_shape(conv, x_shape, dtype) -> tuple[int, ...] | None:
@@ -100,7 +97,7 @@ def conv_shape(conv, x_shape, dtype) -> tuple[int, ...] | None:
     if (pads is None or conv.groups != 1 or conv.padding_mode != "zeros" or w.ndim != 4 or w.dtype != dtype
             or len(x_shape) != 4 or x_shape[1] != w.shape[1] or x_shape[0] == 0):
         return None
-    stride, dilation = _pair(conv.stride), _pair(conv.dilation)
+    stride, dilation = F._ntuple(conv.stride, 2, "stride"), F._ntuple(conv.dilation, 2, "dilation")
     out = _out_size(x_shape, w.shape, stride, pads, dilation)
     if min(out) < 1 or _use_gemm(x_shape, w.shape, stride, pads, dilation) or _use_direct(w, x_shape, out):
         return None
@@ -137,7 +134,8 @@ def _conv_nhwc_jvp(stride, pads, dilation, primals, tangents):
 def conv2d(conv, z):
     """``conv`` (a ``Conv2d`` that :func:`conv_shape` accepts) on NHWC ``z``."""
     w = conv.weight[...]
-    stride, dilation, pads = _pair(conv.stride), _pair(conv.dilation), _pads(conv)
+    stride, dilation = F._ntuple(conv.stride, 2, "stride"), F._ntuple(conv.dilation, 2, "dilation")
+    pads = _pads(conv)
     if w.shape[2:] == (1, 1) and pads == ((0, 0), (0, 0)):
         # A 1x1 conv is a GEMM over the channels of the strided view (jax's own derivatives).
         y = lax.dot_general(z[:, ::stride[0], ::stride[1], :], w[:, :, 0, 0], (((3,), (1,)), ((), ())),
@@ -149,12 +147,11 @@ def conv2d(conv, z):
 
 
 def batch_norm(bn, z):
-    """torch's eval BatchNorm on NHWC ``z``: ``alpha = weight / sqrt(running_var + eps)``,
-    ``beta = bias - running_mean * alpha``, ``y = x * alpha + beta`` (``_functional_norm``)."""
-    rv = bn.running_var[...]
-    invstd = 1 / jnp.sqrt(rv + jnp.asarray(bn.eps, rv.dtype))
-    alpha = invstd if bn.weight is None else invstd * bn.weight[...]
-    beta = -bn.running_mean[...] * alpha if bn.bias is None else bn.bias[...] - bn.running_mean[...] * alpha
+    """torch's eval BatchNorm on NHWC ``z``: ``y = x * alpha + beta`` per trailing channel, ``alpha`` and
+    ``beta`` as ``jax_impl.nn.functional.batch_norm`` forms them."""
+    weight = None if bn.weight is None else bn.weight[...]
+    bias = None if bn.bias is None else bn.bias[...]
+    alpha, beta = affine(bn.running_mean[...], eval_invstd(bn.running_var[...], bn.eps), weight, bias)
     return z * alpha + beta
 
 
@@ -184,8 +181,6 @@ def _window_max_nhwc(z, kernel, stride, padding, dilation, ceil_mode, out):
 @_window_max_nhwc.defjvp
 def _window_max_nhwc_jvp(kernel, stride, padding, dilation, ceil_mode, out, primals, tangents):
     # torch's gradient routing is the NCHW pool's (jax_impl/nn/_max_pool.py), between transposes.
-    from jax_impl.nn import functional as F
-
     def nchw(z):
         return to_nhwc(F.max_pool2d(to_nchw(z), kernel, stride, padding, dilation, ceil_mode))
 
@@ -193,28 +188,28 @@ def _window_max_nhwc_jvp(kernel, stride, padding, dilation, ceil_mode, out, prim
     return _window_max_nhwc(*primals, kernel, stride, padding, dilation, ceil_mode, out), dy
 
 
-def pool_ok(pool, x_shape) -> bool:
-    """A float ``MaxPool2d`` without ``return_indices`` whose arguments torch accepts for ``x_shape``."""
-    from jax_impl.nn import functional as F
+def _pool_geometry(pool, spatial):
+    """``(kernel, stride, padding, dilation, out)`` of ``pool`` over ``spatial`` (H, W), as the NCHW function
+    checks and computes them (torch's errors for bad arguments)."""
+    kernel, stride, padding, dilation = F._pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
+                                                     pool.dilation, "max_pool2d")
+    out = tuple(F._pool_output_size(n, k, s, p, d, pool.ceil_mode)
+                for n, k, s, p, d in zip(spatial, kernel, stride, padding, dilation))
+    return tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), out
 
+
+def pool_ok(pool, x_shape) -> bool:
+    """A ``MaxPool2d`` without ``return_indices`` whose arguments torch accepts for NCHW ``x_shape``."""
     if pool.return_indices or len(x_shape) != 4:
         return False
     try:
-        kernel, stride, padding, dilation = F._pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
-                                                         pool.dilation, "max_pool2d")
-        out = [F._pool_output_size(n, k, s, p, d, pool.ceil_mode)
-               for n, k, s, p, d in zip(x_shape[2:], kernel, stride, padding, dilation)]
+        _pool_geometry(pool, x_shape[2:])
     except (ValueError, TypeError, RuntimeError):
         return False  # the NCHW module raises torch's error
-    return min(out) >= 1
+    return True
 
 
 def max_pool2d(pool, z):
     """``pool`` (a ``MaxPool2d`` that :func:`pool_ok` accepts) on NHWC ``z``."""
-    from jax_impl.nn import functional as F
-
-    kernel, stride, padding, dilation = F._pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
-                                                     pool.dilation, "max_pool2d")
-    out = tuple(F._pool_output_size(n, k, s, p, d, pool.ceil_mode)
-                for n, k, s, p, d in zip(z.shape[1:3], kernel, stride, padding, dilation))
-    return _window_max_nhwc(z, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), pool.ceil_mode, out)
+    kernel, stride, padding, dilation, out = _pool_geometry(pool, z.shape[1:3])
+    return _window_max_nhwc(z, kernel, stride, padding, dilation, pool.ceil_mode, out)

@@ -59,9 +59,20 @@ def batch_norm_stats(x, eps: float):
     return mean, invstd, var_sum
 
 
-def _normalize(x, mean, invstd, weight, bias):
+def affine(mean, invstd, weight, bias):
+    """torch's per-channel ``(alpha, beta)``: ``alpha = invstd * weight``, ``beta = bias - mean * alpha``."""
     alpha = invstd if weight is None else invstd * weight
     beta = -mean * alpha if bias is None else bias - mean * alpha
+    return alpha, beta
+
+
+def eval_invstd(running_var, eps: float):
+    """Eval mode's ``1 / sqrt(running_var + eps)``."""
+    return 1 / jnp.sqrt(running_var + jnp.asarray(eps, running_var.dtype))
+
+
+def _normalize(x, mean, invstd, weight, bias):
+    alpha, beta = affine(mean, invstd, weight, bias)
     return x * _channel_view(alpha, x.ndim) + _channel_view(beta, x.ndim)
 
 
@@ -106,8 +117,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         return _normalize(x, mean, invstd, weight, bias), new_rm, new_rv
     if running_mean is None or running_var is None:
         raise ValueError("running_mean and running_var must be defined in evaluation mode")
-    invstd = 1 / jnp.sqrt(running_var + jnp.asarray(eps, running_var.dtype))
-    return _normalize(x, running_mean, invstd, weight, bias), running_mean, running_var
+    return _normalize(x, running_mean, eval_invstd(running_var, eps), weight, bias), running_mean, running_var
 
 
 def gather_stats_with_counts(mean_all, invstd_all, counts, eps: float):
