@@ -1,6 +1,6 @@
 """Time one optimizer update of a ResNet-18-shaped float32 tree: jax_impl.optim vs optax vs torch.
 
-    python benchmarks/optim_update.py [--repeats N] [--json PATH] [--only adam,sgd]
+    python benchmarks/optim_update.py [--repeats N] [--json PATH] [--only adam,sgd] [--device cpu|cuda]
 
 For each optimizer the same 11.7M-parameter tree (ResNet-18's 62 leaves:
 conv kernels, BatchNorm weights/biases, fc) is stepped by
@@ -9,7 +9,13 @@ conv kernels, BatchNorm weights/biases, fc) is stepped by
   exact path), built under each sqrt mode (``set_sqrt_mode``);
 - ``update``: our ``update`` followed by ``optax.apply_updates``;
 - ``optax``: the nearest optax built-in, ``update`` + ``apply_updates``;
-- ``torch``: ``torch.optim.<Name>.step()`` on CPU, single-tensor path.
+- ``torch``: ``torch.optim.<Name>.step()`` on CPU, single-tensor path
+  (``foreach=False``, torch's CPU default).
+
+On a GPU (``--device cuda``, JSON to ``results/optim_update_cuda.json``)
+torch's tensors live on the GPU and it takes its CUDA default, the
+multi-tensor ``foreach`` path; every torch call ends with
+``torch.cuda.synchronize()``. JAX runs on its default (GPU) device.
 
 Every JAX variant is one ``jax.jit`` with the state and params donated and
 the gradients passed as an argument (so XLA cannot constant-fold them). Each
@@ -46,6 +52,7 @@ import torch
 from jax_impl import optim as jopt
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "optim_update.json"
+DEFAULT_JSON_CUDA = Path(__file__).parent / "results" / "optim_update_cuda.json"
 
 
 def resnet18_shapes() -> dict[str, tuple[int, ...]]:
@@ -153,13 +160,27 @@ def jax_stepper(tx: Any, params: dict, grads: dict, *, exact: bool) -> Callable[
     return call
 
 
-def torch_stepper(case: Case, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> Callable[[], None]:
-    tensors = [torch.nn.Parameter(torch.from_numpy(v.copy())) for v in params.values()]
+def torch_foreach(device: str) -> bool:
+    """The update path torch takes by default on ``device``: single-tensor on CPU, ``foreach`` on CUDA.
+
+    Spelled out when building the optimizer, so that a change of torch's default cannot move the baseline.
+    """
+    return device == "cuda"
+
+
+def torch_stepper(case: Case, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], device: str = "cpu") -> Callable[[], None]:
+    tensors = [torch.nn.Parameter(torch.from_numpy(v.copy()).to(device)) for v in params.values()]
     for p, g in zip(tensors, grads.values()):
-        p.grad = torch.from_numpy(g)
-    # foreach=False is torch's CPU default; spelled out so a torch default change cannot move the baseline.
-    opt = getattr(torch.optim, case.torch_cls)(tensors, foreach=False, **case.kwargs)
-    return opt.step
+        p.grad = torch.from_numpy(g).to(device)
+    opt = getattr(torch.optim, case.torch_cls)(tensors, foreach=torch_foreach(device), **case.kwargs)
+    if device == "cpu":
+        return opt.step
+
+    def call() -> None:
+        opt.step()
+        torch.cuda.synchronize()
+
+    return call
 
 
 def machine_info() -> dict[str, Any]:
@@ -184,10 +205,12 @@ def machine_info() -> dict[str, Any]:
         "numpy": np.__version__,
         "torch_threads": torch.get_num_threads(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **({"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch_cuda": torch.version.cuda}
+           if torch.cuda.is_available() else {}),
     }
 
 
-def run_case(case: Case, params_np: dict, grads_np: dict, *, warmup: int, repeats: int) -> dict[str, Any]:
+def run_case(case: Case, params_np: dict, grads_np: dict, *, warmup: int, repeats: int, device: str = "cpu") -> dict[str, Any]:
     params = {k: jnp.asarray(v) for k, v in params_np.items()}
     grads = {k: jnp.asarray(v) for k, v in grads_np.items()}
     saved_mode = jopt.get_sqrt_mode()
@@ -202,7 +225,7 @@ def run_case(case: Case, params_np: dict, grads_np: dict, *, warmup: int, repeat
     times = time_interleaved(calls, warmup=warmup, repeats=repeats)
     # torch on its own: its OpenMP workers and XLA's thread pool spin-wait after work and steal
     # each other's cores when interleaved (torch's SGD step went from ~15 ms to ~400 ms).
-    times.update(time_interleaved({"torch": torch_stepper(case, params_np, grads_np)}, warmup=warmup, repeats=repeats))
+    times.update(time_interleaved({"torch": torch_stepper(case, params_np, grads_np, device)}, warmup=warmup, repeats=repeats))
     return times
 
 
@@ -240,10 +263,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=40, help="timed calls per variant (>= 15 recommended; 40 by default: the shared host moves single medians by 10-40%%)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (the first compiles)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write results (default {DEFAULT_JSON})")
+    parser.add_argument("--json", type=Path, default=None,
+                        help=f"where to write results (default {DEFAULT_JSON}, with --device cuda {DEFAULT_JSON_CUDA})")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where torch runs (JAX: its default device)")
     args = parser.parse_args(argv)
+    if args.json is None:
+        args.json = DEFAULT_JSON_CUDA if args.device == "cuda" else DEFAULT_JSON
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
     if args.repeats < 15:
         print(f"warning: --repeats {args.repeats} < 15; medians will be noisy", file=sys.stderr)
 
@@ -260,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     for case in CASES:
         if only and case.name not in only:
             continue
-        times = run_case(case, params_np, grads_np, warmup=args.warmup, repeats=args.repeats)
+        times = run_case(case, params_np, grads_np, warmup=args.warmup, repeats=args.repeats, device=args.device)
         results[case.name] = {
-            "torch": f"torch.optim.{case.torch_cls}(params, foreach=False, **{case.kwargs})",
+            "torch": f"torch.optim.{case.torch_cls}(params, foreach={torch_foreach(args.device)}, **{case.kwargs})",
             "optax": case.optax_text,
             "times": times,
             "ratios": ratios(times),
@@ -275,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "optim_update",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
+        "device": args.device,
         "torch_sqrt_probed": probed,
         "tree": {"shapes": "resnet18", "leaves": len(shapes), "numel": int(sum(np.prod(s) for s in shapes.values())), "dtype": "float32"},
         "protocol": {
@@ -282,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "statistic": "median", "order": "JAX variants round-robin within each repeat; torch timed separately afterwards",
             "jax": "jax.jit(step(grads, params, state) -> (params, state), donate_argnums=(params, state)): every donated buffer aliases its own output; grads as a jit argument; block_until_ready",
-            "torch": "optimizer.step() with .grad set once; CPU single-tensor path",
+            "torch": ("optimizer.step() with .grad set once; CPU single-tensor path" if args.device == "cpu" else
+                      "optimizer.step() with .grad set once, on the GPU; multi-tensor (foreach) path; torch.cuda.synchronize()"),
         },
         "results": results,
     }

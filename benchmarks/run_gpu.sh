@@ -8,7 +8,8 @@
 # 2. the CUDA-only tests of tests/parallel/test_ddp.py (skipped on machines without CUDA), at the same time;
 # 3. benchmarks/train_step.py --device cuda, TF32 off (parity settings) and on (speed settings)
 #    (-> OUTDIR/train_step_cuda.json, OUTDIR/train_step_cuda_tf32.json; copy them to benchmarks/results/ and
-#    `parity bench --render-only` adds them to docs/benchmarks.md).
+#    `parity bench --render-only` adds them to docs/benchmarks.md);
+# 4. benchmarks/optim_update.py --device cuda (-> OUTDIR/optim_update_cuda.json, rendered the same way).
 # Needs a CUDA build of torch and jax with its CUDA plugin; run from the repository root.
 set -u
 out=${1:?usage: run_gpu.sh OUTDIR}
@@ -39,3 +40,4 @@ tail -5 "$out/pytest_cuda.log"
 [ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 timeout 300 $py benchmarks/train_step.py --device cuda --json "$out/train_step_cuda.json" 2>&1 | tail -6  # with GPU memory
 timeout 180 $py benchmarks/train_step.py --device cuda --tf32 --no-memory --json "$out/train_step_cuda_tf32.json" 2>&1 | tail -6
+timeout 240 $py benchmarks/optim_update.py --device cuda --json "$out/optim_update_cuda.json" 2>&1 | grep -v "^[│┃┏┡└]" | tail -14

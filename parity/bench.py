@@ -221,7 +221,30 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
 
 
 def _section_gpu(results_dir: Path) -> list[str]:
-    """The ``train_step`` runs on a GPU (``benchmarks/run_gpu.sh``): ``train_step_cuda*.json``, if any."""
+    """The runs on a GPU (``benchmarks/run_gpu.sh``): ``train_step_cuda*.json`` and ``optim_update_cuda.json``, if any."""
+    optim = _load(results_dir, "optim_update_cuda")
+    return _section_gpu_train_step(results_dir) + (_section_gpu_optim(optim) if optim else [])
+
+
+def _section_gpu_optim(data: dict[str, Any]) -> list[str]:
+    m = _machine(data)
+    lines = ["## Optimizer update on a GPU", "",
+             f"`benchmarks/optim_update.py --device cuda` (`benchmarks/run_gpu.sh`, {data.get('date', '')[:16]}) on "
+             f"{m.get('gpu', 'GPU')}: torch {m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}) with its CUDA "
+             "default, the multi-tensor `foreach` path, each step ending with `torch.cuda.synchronize()`; jax "
+             f"{m.get('jax', '?')}, the same jitted, donated update as on CPU, `block_until_ready`. `ieee` is the "
+             "sqrt mode that matches torch on CUDA. The 1.1x bar of the CPU table applies to ours/optax.", "",
+             "| optimizer | optax built-in | optax ms | ours (ieee) ms | ours/optax (ieee) | torch ms | "
+             "torch / ours (ieee) |", "|---|---|---|---|---|---|---|"]
+    for name, res in data["results"].items():
+        t, r = res["times"], res["ratios"]
+        lines.append(f"| {name} | `{res.get('optax', '')}` | {t['optax']['median_ms']:.3f} | "
+                     f"{t['step[ieee]']['median_ms']:.3f} | {r['step_ieee/optax']:.2f} | {t['torch']['median_ms']:.3f} | "
+                     f"{t['torch']['median_ms'] / t['step[ieee]']['median_ms']:.2f} |")
+    return lines + [""]
+
+
+def _section_gpu_train_step(results_dir: Path) -> list[str]:
     runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("train_step_cuda*.json"))]
     if not runs:
         return []

@@ -77,8 +77,8 @@ def adam(
         }, {}
 
     def init_leaf(p):
-        # Distinct buffers (never one array twice: donation would reject the state).
-        return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros_like(p) if amsgrad else jnp.zeros((0,), p.dtype)
+        # Distinct buffers (never one array twice: donation would reject the state); None: no buffer.
+        return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros_like(p) if amsgrad else None
 
     def update_leaf(ops, c, step, g, p, m, v, v_max):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)

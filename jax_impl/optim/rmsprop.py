@@ -68,8 +68,8 @@ def rmsprop(
         }, {}
 
     def init_leaf(p):
-        def maybe(flag):  # a fresh buffer each (donation rejects one array used twice)
-            return jnp.zeros_like(p) if flag else jnp.zeros((0,), p.dtype)
+        def maybe(flag):  # a fresh buffer each (donation rejects one array used twice); None: no buffer
+            return jnp.zeros_like(p) if flag else None
 
         return jnp.zeros_like(p), maybe(centered), maybe(use_momentum)
 

@@ -67,7 +67,7 @@ def sgd(
         return {"neg_lr": -h["lr"], "momentum": h["momentum"], "one_minus_dampening": 1 - h["dampening"], "weight_decay": h["weight_decay"]}, {}
 
     def init_leaf(p):
-        return (jnp.zeros_like(p) if use_momentum else jnp.zeros((0,), p.dtype),)
+        return (jnp.zeros_like(p) if use_momentum else None,)  # None: no buffer, no pytree leaf
 
     def update_leaf(ops, c, step, g, p, buf):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)

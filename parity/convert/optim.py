@@ -19,7 +19,8 @@ torch quirks reproduced here (torch 2.13, ``torch/optim/*.py``):
 - NAdam's ``mu_product`` and ASGD's ``eta``/``mu`` are float32 scalar tensors
   per parameter; ``jax_impl`` keeps one scalar for all.
 - Unused buffers (SGD/RMSprop momentum off, RMSprop not centered, Adam without
-  amsgrad) are absent in torch and ``(0,)``-shaped placeholders in ``jax_impl``.
+  amsgrad) are absent in torch and ``None`` at each leaf in ``jax_impl`` (no
+  pytree leaves: a jitted step carries no argument for them).
 """
 
 from __future__ import annotations
@@ -383,6 +384,12 @@ def optimizer_state_to_torch(
     flat: dict[str, list[np.ndarray]] = {}
     for key in spec.keys:
         if key.scalar:
+            continue
+        if not key.used(group):
+            # None at every leaf (older states: (0,)-shaped placeholders); real buffers contradict the hyperparameters.
+            if any(np.size(leaf) for leaf in jax.tree.leaves(getattr(jax_state, key.torch))):
+                raise ValueError(f"state key {key.torch!r} holds buffers, but torch.optim.{name} with "
+                                 f"{hyper or 'defaults'} keeps none")
             continue
         try:
             flat[key.torch] = [np.asarray(v) for v in treedef.flatten_up_to(getattr(jax_state, key.torch))]

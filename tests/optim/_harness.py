@@ -276,11 +276,11 @@ def assert_state_matches(traj: Trajectory, **tolerances: Any) -> ComparisonRepor
     for pname, pstate in traj.torch_state.items():
         if "step" in pstate:
             assert float(pstate["step"]) == int(traj.jax_state.count) == traj.steps, (pname, pstate["step"], traj.jax_state.count)
-    # Our per-parameter fields torch does not keep (e.g. max_exp_avg_sq without amsgrad) are empty placeholders.
+    # Our per-parameter fields torch does not keep (e.g. max_exp_avg_sq without amsgrad) hold None: no buffers.
     torch_keys = {k for s in traj.torch_state.values() for k in s}
     for field, value in traj.jax_state._asdict().items():
         if field != "count" and field not in torch_keys and isinstance(value, dict):
-            assert all(np.size(v) == 0 for v in value.values()), f"{field} is not kept by torch but is not empty"
+            assert all(v is None for v in value.values()), f"{field} is not kept by torch but holds buffers"
     torch_side, jax_side = state_pairs(traj)
     report = compare(torch_side, jax_side, **tolerances)
     assert report.passed, f"optimizer state differs from torch's:\n{report.table()}"

@@ -137,3 +137,17 @@ def test_benchmark_env_puts_malloc_on_huge_pages_unless_the_user_set_tunables(mo
     assert "GLIBC_TUNABLES" not in bench.benchmark_env(hugetlb=False)
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
     assert bench.benchmark_env()["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
+
+
+def test_gpu_optimizer_run_renders_its_own_section(tmp_path):
+    """``optim_update_cuda.json`` (``optim_update.py --device cuda``) adds a GPU optimizer table, ours vs optax."""
+    _write(tmp_path, FAKE)
+    data = json.loads(json.dumps(FAKE["optim_update"]))
+    data["machine"] = dict(_MACHINE, gpu="Test GPU", gpus=1, torch_cuda="13.0")
+    data["date"] = "2026-01-02T03:04:05+00:00"
+    data["results"]["sgd"]["times"]["torch"] = {"median_ms": 0.5}
+    data["results"]["sgd"]["times"]["step[ieee]"] = {"median_ms": 0.25}
+    (tmp_path / "optim_update_cuda.json").write_text(json.dumps(data))
+    text = bench.render_markdown(tmp_path)
+    assert "## Optimizer update on a GPU" in text and "2026-01-02T03:04) on Test GPU" in text
+    assert "| sgd | `optax.sgd(1e-2)` | 2.000 | 0.250 | 1.00 | 0.500 | 2.00 |" in text

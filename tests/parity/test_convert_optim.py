@@ -303,7 +303,7 @@ def test_unknown_param_name() -> None:
 def test_to_torch_rejects_state_that_contradicts_hyperparameters() -> None:
     params = to_jax(initial_arrays())
     state = jax_optimizer("SGD", {"momentum": 0.9}).init(params)
-    with pytest.raises(ValueError, match=r"state key 'momentum_buffer': shape \(4, 3\) does not match \(0,\)"):
+    with pytest.raises(ValueError, match=r"state key 'momentum_buffer' holds buffers, but torch.optim.SGD with \{'momentum': 0.0\} keeps none"):
         optimizer_state_to_torch(state, params, name="SGD", param_names=TORCH_ORDER, hyperparameters={"momentum": 0.0})
     with pytest.raises(ValueError, match="expected a SGDState"):
         optimizer_state_to_torch(jax_optimizer("Adam", {}).init(params), params, name="SGD")
