@@ -16,6 +16,8 @@ __all__ = ["adam", "adamw", "AdamState"]
 
 
 class AdamState(NamedTuple):
+    """``max_exp_avg_sq`` holds ``None`` at every leaf without ``amsgrad`` (torch keeps no such buffer)."""
+
     count: jax.Array
     exp_avg: Any
     exp_avg_sq: Any

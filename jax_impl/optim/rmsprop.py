@@ -17,6 +17,9 @@ __all__ = ["rmsprop", "RMSpropState"]
 
 
 class RMSpropState(NamedTuple):
+    """torch's per-parameter state; ``grad_avg`` (not ``centered``) and ``momentum_buffer``
+    (``momentum == 0``) hold ``None`` at every leaf when torch keeps no such buffer."""
+
     count: jax.Array
     square_avg: Any
     grad_avg: Any

@@ -16,6 +16,8 @@ __all__ = ["sgd", "SGDState"]
 
 
 class SGDState(NamedTuple):
+    """``momentum_buffer`` holds ``None`` at every leaf when ``momentum == 0`` (torch keeps no state)."""
+
     count: jax.Array
     momentum_buffer: Any
 
