@@ -34,8 +34,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -50,6 +48,9 @@ import optax
 import torch
 
 from jax_impl import optim as jopt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "optim_update.json"
 DEFAULT_JSON_CUDA = Path(__file__).parent / "results" / "optim_update_cuda.json"
@@ -184,30 +185,8 @@ def torch_stepper(case: Case, params: dict[str, np.ndarray], grads: dict[str, np
 
 
 def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "logical_cores": os.cpu_count(),
-        "jax_devices": [str(d) for d in jax.devices()],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "jax": jax.__version__,
-        "jaxlib": getattr(jax.lib, "__version__", None) or __import__("jaxlib").__version__,
-        "optax": optax.__version__,
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        **({"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch_cuda": torch.version.cuda}
-           if torch.cuda.is_available() else {}),
-    }
+    """The shared machine description (benchmarks/_common.py) and optax's version."""
+    return {**_common.machine_info(), "optax": optax.__version__}
 
 
 def run_case(case: Case, params_np: dict, grads_np: dict, *, warmup: int, repeats: int, device: str = "cpu") -> dict[str, Any]:

@@ -183,15 +183,22 @@ def _section_conv(data: dict[str, Any]) -> list[str]:
 def _section_optim(data: dict[str, Any]) -> list[str]:
     lines = ["## Optimizer update, 11.7M parameters", "",
              "One jitted, donated update of ResNet-18's parameter tree. Bar (issue #3): ours <= 1.1x the "
-             "nearest optax built-in. `table`/`mkl` are the torch-sqrt parity modes, `ieee` plain sqrt.", "",
-             "| optimizer | optax built-in | optax ms | ours (ieee) ms | ours/optax (ieee) | ours (mkl) / optax | "
-             "torch ms | torch / ours (ieee) |", "|---|---|---|---|---|---|---|---|"]
+             "nearest optax built-in. `table`/`mkl` are the torch-sqrt parity modes, `ieee` plain sqrt.", ""]
+    return lines + _optim_table(data, ms_digits=1, mkl=True, torch_ratio_digits=1)
+
+
+def _optim_table(data: dict[str, Any], *, ms_digits: int, mkl: bool, torch_ratio_digits: int) -> list[str]:
+    """``optim_update.py``'s results as a table: optax, ours (ieee; and mkl / optax if ``mkl``), torch."""
+    columns = ["optimizer", "optax built-in", "optax ms", "ours (ieee) ms", "ours/optax (ieee)",
+               *(["ours (mkl) / optax"] if mkl else []), "torch ms", "torch / ours (ieee)"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for name, res in data["results"].items():
         t, r = res["times"], res["ratios"]
-        lines.append(f"| {name} | `{res.get('optax', '')}` | {_ms(t['optax'])} | {_ms(t['step[ieee]'])} | "
-                     f"{r['step_ieee/optax']:.2f} | "
-                     f"{r['step_mkl/optax']:.2f} | {_ms(t['torch'])} | "
-                     f"{t['torch']['median_ms'] / t['step[ieee]']['median_ms']:.1f} |")
+        ms = {v: f"{t[v]['median_ms']:.{ms_digits}f}" for v in ("optax", "step[ieee]", "torch")}
+        cells = [name, f"`{res.get('optax', '')}`", ms["optax"], ms["step[ieee]"], f"{r['step_ieee/optax']:.2f}",
+                 *([f"{r['step_mkl/optax']:.2f}"] if mkl else []), ms["torch"],
+                 f"{t['torch']['median_ms'] / t['step[ieee]']['median_ms']:.{torch_ratio_digits}f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -233,15 +240,8 @@ def _section_gpu_optim(data: dict[str, Any]) -> list[str]:
              f"{m.get('gpu', 'GPU')}: torch {m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}) with its CUDA "
              "default, the multi-tensor `foreach` path, each step ending with `torch.cuda.synchronize()`; jax "
              f"{m.get('jax', '?')}, the same jitted, donated update as on CPU, `block_until_ready`. `ieee` is the "
-             "sqrt mode that matches torch on CUDA. The 1.1x bar of the CPU table applies to ours/optax.", "",
-             "| optimizer | optax built-in | optax ms | ours (ieee) ms | ours/optax (ieee) | torch ms | "
-             "torch / ours (ieee) |", "|---|---|---|---|---|---|---|"]
-    for name, res in data["results"].items():
-        t, r = res["times"], res["ratios"]
-        lines.append(f"| {name} | `{res.get('optax', '')}` | {t['optax']['median_ms']:.3f} | "
-                     f"{t['step[ieee]']['median_ms']:.3f} | {r['step_ieee/optax']:.2f} | {t['torch']['median_ms']:.3f} | "
-                     f"{t['torch']['median_ms'] / t['step[ieee]']['median_ms']:.2f} |")
-    return lines + [""]
+             "sqrt mode that matches torch on CUDA. The 1.1x bar of the CPU table applies to ours/optax.", ""]
+    return lines + _optim_table(data, ms_digits=3, mkl=False, torch_ratio_digits=2) + [""]
 
 
 def _section_gpu_train_step(results_dir: Path) -> list[str]:
