@@ -1,11 +1,11 @@
 """The configs section of docs/parity.md (imported by docs/generate_parity.py).
 
-Every file in configs/ is run in full with ``parity.runner.run_experiment``
+Every file in configs/ is run in full with ``parity.experiment.run_experiment``
 (both frameworks, the config's own dtype and tolerance) and reported with its
 final parameter and BatchNorm-buffer divergence, accuracy and agreement, and
 wall times. The last column is the config's precision floor: how far
 torch's *own* float32 run is from its float64 run after the same number of
-steps (``parity.runner.torch_precision_floor``). A float32 parity bound below
+steps (``parity.floor.torch_precision_floor``). A float32 parity bound below
 that floor cannot be met by an implementation that is not bit-identical to
 torch's kernels.
 """
@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from parity.config import load_config
-from parity.runner import run_experiment, torch_precision_floor
+from parity.experiment import run_experiment
+from parity.floor import torch_precision_floor
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

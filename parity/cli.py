@@ -10,25 +10,49 @@ Subcommands are wired only once they work:
 - ``parity summary [FILE] [key=value ...]``: the config's model in torch and
   JAX side by side, per layer (output shape, parameter count).
 
-Exit codes: 0 success, 2 bad input (config, override, missing file), as
-argparse uses 2 for usage errors. Bad input never writes anything.
+Exit codes (``parity --help`` lists them too):
+
+- 0: parity holds (or the command succeeded);
+- 1: the frameworks diverged; the report says where;
+- 2: bad input of any kind (config, override, checkpoint, state dict,
+  paths), as argparse uses 2 for usage errors: one line naming the file or
+  key, never a traceback, nothing written;
+- 130: interrupted (SIGINT/SIGTERM): the run folder keeps a report of every
+  step done, marked interrupted, and the last complete checkpoint;
+- 3: an internal error: one line here, the traceback in the run folder's
+  ``error.log`` (or a temporary file when no run folder exists yet).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import signal
 import sys
+import tempfile
+import threading
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from parity import __version__
 from parity.config import ConfigError, load_config
+from parity.files import no_space_message
 
 __all__ = ["main", "build_parser", "default_config_path"]
 
-EXIT_BAD_INPUT = 2
+EXIT_OK, EXIT_DIVERGED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+EXIT_CODES_HELP = """exit codes:
+  0    parity holds (or the command succeeded)
+  1    the frameworks diverged; the report says where
+  2    bad input (config, override, checkpoint, state dict, path): one line naming it
+  3    internal error: one line; the traceback goes to the run folder's error.log
+  130  interrupted (Ctrl-C / SIGTERM): the run folder keeps the report of the steps done"""
 
 
 def default_config_path() -> Path:
@@ -40,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parity",
         description="Train the same experiment in PyTorch and JAX and prove they match.",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -65,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train the config's experiment in both frameworks from identical weights on identical "
         "batches; write runs/<name>-<timestamp>/ (report.json, report.md, plots). Exit 0 when the final "
         "parameters agree within train.tolerance, 1 when they do not, 2 on bad input.",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("file", nargs="?", metavar="FILE", help=f"config file (default: {default_config_path().name})")
     run.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
@@ -72,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=None, metavar="N", help="stop after N optimizer steps")
     run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent folder of the run folder (default runs/)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a run's checkpoint.pt (written after each epoch)")
+    run.add_argument("--resume", metavar="CHECKPOINT",
+                     help="continue from a run's checkpoint.pt, in its run folder (the config must be the checkpoint's)")
+    run.add_argument("--allow-config-change", action="store_true",
+                     help="with --resume: accept a config that differs from the checkpoint's; both frameworks "
+                     "use the new values")
     run.add_argument("--resume-from", choices=["torch", "jax"], default=None,
                      help="both sides continue from this framework's model and optimizer state")
     run.set_defaults(handler=_run)
@@ -170,28 +200,34 @@ def _load(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from parity.runner import DivergenceError, render_markdown, run_experiment
+    from parity.files import check_writable
+    from parity.progress import Phases
 
+    phases = Phases(enabled=not args.no_progress)
     config = _load(args)
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.allow_config_change and args.resume is None:
+        raise ConfigError("--allow-config-change only applies with --resume")
     runs_dir = Path(args.runs_dir)
     try:
-        runs_dir.mkdir(parents=True, exist_ok=True)
-        probe = runs_dir / ".parity-write-test"
-        probe.write_text("")
-        probe.unlink()
+        check_writable(runs_dir)
     except OSError as error:
-        raise ConfigError(f"runs folder {runs_dir} is not writable: {error}") from None
+        raise ConfigError(f"runs folder {runs_dir} is not writable: {error.strerror or error}") from None
+    phases("importing torch and JAX")
+    from parity.experiment import DivergenceError, run_experiment
+    from parity.report import render_markdown
+
     try:
         report = run_experiment(config, only=args.only, max_steps=args.steps, runs_dir=runs_dir,
-                                progress=not args.no_progress, resume=args.resume, resume_from=args.resume_from)
+                                progress=not args.no_progress, resume=args.resume, resume_from=args.resume_from,
+                                allow_config_change=args.allow_config_change, phases=phases)
     except DivergenceError as error:
         print(f"parity: diverged: {error}", file=sys.stderr)
-        return 1
+        return EXIT_DIVERGED
     print(render_markdown(report))
     print(f"run folder: {report.run_dir}")
-    return 0 if report.passed else 1
+    return EXIT_OK if report.passed else EXIT_DIVERGED
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -210,11 +246,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is None:
         return _print_help(parser)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main_thread else None
     try:
         return handler(args)
     except ConfigError as error:
         print(f"parity: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt as error:
+        where = getattr(error, "parity_run_dir", None)
+        print("parity: interrupted" + (f"; the report of the steps done is in {where}" if where else ""),
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as error:
+        message = no_space_message(error) or _path_error(error)
+        if message is None:
+            return _internal_error(error)
+        print(f"parity: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - the CLI's last line of defence: one line, traceback to a file
+        return _internal_error(error)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM ends a run as Ctrl-C does: the report of the steps done is written, exit code 130."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _path_error(error: OSError) -> str | None:
+    """One line for an OSError about a path the user gave (permission, read-only, missing folder)."""
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
+        return f"{error.strerror}: {error.filename}" if error.filename else None
+    return None
+
+
+def _internal_error(error: BaseException) -> int:
+    """One line on stderr; the full traceback in the run folder's ``error.log`` (or a temporary file)."""
+    text = "".join(traceback.format_exception(error))
+    folder = getattr(error, "parity_run_dir", None)
+    try:
+        if folder is not None:
+            log = Path(folder) / "error.log"
+            log.write_text(text)
+        else:
+            fd, name = tempfile.mkstemp(prefix="parity-error-", suffix=".log")
+            with os.fdopen(fd, "w") as file:
+                file.write(text)
+            log = Path(name)
+        where = f"traceback in {log}"
+    except OSError:
+        where = "the traceback could not be written"
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+    print(f"parity: internal error: {type(error).__name__}: {first} ({where})", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,7 @@ import numpy as np
 from parity._tree import flatten
 from parity.ulp import ulp_distance
 
-__all__ = ["LeafReport", "ComparisonReport", "compare", "assert_parity"]
+__all__ = ["LeafReport", "ComparisonReport", "compare", "assert_parity", "scaled_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,3 +369,18 @@ def assert_parity(
         prefix = f"{msg}\n" if msg else ""
         raise AssertionError(f"{prefix}torch and JAX differ:\n{report.table()}")
     return report
+
+
+def scaled_error(ours: Any, theirs: Any) -> float:
+    """``max |ours - theirs| / max |theirs|`` over one array: the error relative to the tensor's scale.
+
+    The runner's measure of parameter divergence. Unlike an elementwise
+    relative error it does not blow up on entries that training drives
+    towards zero (a weight of 1e-9 that differs by 1e-12 is no divergence).
+    """
+    theirs = np.asarray(theirs, np.float64)
+    if not theirs.size:
+        return 0.0
+    scale = float(np.abs(theirs).max())
+    err = float(np.abs(np.asarray(ours, np.float64) - theirs).max())
+    return err / scale if scale > 0 else err

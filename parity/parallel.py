@@ -223,15 +223,15 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     from flax import nnx
     from jax_impl.nn import SyncBatchNorm
     from parity.convert.modules import load_torch_state_dict
+    from parity.build import cast_jax_model
     from parity.numerics import match_torch_sqrt
-    from parity.runner import _cast_jax_model
 
     match_torch_sqrt()  # this process's optimizer uses torch's CPU sqrt, as the runner does
     if spec.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     model = getattr(jm, spec.model)(**spec.model_kwargs, rngs=nnx.Rngs(spec.seed))
     if spec.dtype == "float64":
-        _cast_jax_model(model, np.float64)
+        cast_jax_model(model, np.float64)
         initial = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in initial.items()}
     load_torch_state_dict(model, initial)
     if spec.sync_bn:
@@ -265,13 +265,10 @@ def validate_spec(spec: DDPSpec) -> None:
 
 def jax_optimizer(spec: DDPSpec, names: list[str]) -> Any:
     """``jax_impl.optim``'s transformation for ``spec``: param groups and the schedule wired in as the runner
-    does it (``parity.runner._jax_optimizer``). Raises for options jax_impl lacks."""
-    import types
+    does it (:func:`parity.build.jax_optimizer`). Raises for options jax_impl lacks."""
+    from parity.build import jax_optimizer as build_jax_optimizer
 
-    from parity.runner import _jax_optimizer
-
-    cfg = types.SimpleNamespace(optimizer=spec.optimizer, scheduler=spec.scheduler)  # what _jax_optimizer reads
-    tx, _ = _jax_optimizer(cfg, spec.steps_per_epoch(), _groups(spec, names))
+    tx, _ = build_jax_optimizer(spec.optimizer, spec.scheduler, spec.steps_per_epoch(), _groups(spec, names))
     return tx
 
 
@@ -406,7 +403,7 @@ def divergence(torch_state: dict[str, np.ndarray], jax_state: dict[str, np.ndarr
     Returns ``{"params": float, "buffers": float, "worst_param": name, "worst_buffer": name}``
     (``buffers`` covers BatchNorm running statistics; ``num_batches_tracked`` must be equal).
     """
-    from parity.runner import _scaled_err
+    from parity.compare import scaled_error
 
     if set(torch_state) != set(jax_state):
         raise KeyError(f"state keys differ: {sorted(set(torch_state) ^ set(jax_state))}")
@@ -417,7 +414,7 @@ def divergence(torch_state: dict[str, np.ndarray], jax_state: dict[str, np.ndarr
                 raise AssertionError(f"{key}: torch {int(ref)}, jax {int(jax_state[key])}")
             continue
         kind = "buffers" if "running_" in key else "params"
-        err = _scaled_err(jax_state[key], ref)
+        err = scaled_error(jax_state[key], ref)
         if err >= out[kind]:
             out[kind], out["worst_" + kind[:-1]] = err, key
     return out

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from parity.cli import main
 from parity.config import load_config
-from parity.runner import DivergenceError, run_experiment
+from parity.experiment import DivergenceError, run_experiment
 
 
 def test_default_config_agrees_and_writes_the_run_folder(tmp_path):
@@ -129,11 +130,14 @@ def test_resume_continues_the_trajectory(tmp_path, resume_from, straight_and_fir
     """2 epochs straight vs 1 epoch + resume: each side from its own checkpoint continues bit for bit;
     from the other framework's state, within the run's tolerance (measured: losses within 2.2e-6)."""
     straight, first = straight_and_first
+    checkpoint = tmp_path / "checkpoint.pt"  # a copy: resuming in the original folder would advance it
+    checkpoint.write_bytes((Path(first.run_dir) / "checkpoint.pt").read_bytes())
     resumed = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2"]), runs_dir=tmp_path,
-                             progress=False, resume=f"{first.run_dir}/checkpoint.pt", resume_from=resume_from)
+                             progress=False, resume=checkpoint, resume_from=resume_from)
+    assert resumed.steps[:90] == first.steps  # the report covers every step from step 0
     want = [s for s in straight.steps if s["step"] >= 90]
-    assert [s["step"] for s in resumed.steps] == [s["step"] for s in want]
-    for a, b in zip(want, resumed.steps):
+    assert [s["step"] for s in resumed.steps[90:]] == [s["step"] for s in want]
+    for a, b in zip(want, resumed.steps[90:]):
         for side in ("torch", "jax"):
             if resume_from in (None, side):
                 assert a[f"{side}_loss"] == b[f"{side}_loss"]
@@ -144,7 +148,7 @@ def test_resume_continues_the_trajectory(tmp_path, resume_from, straight_and_fir
 
 def test_missing_checkpoint_exits_2(tmp_path, capsys):
     assert main(["run", "--no-progress", "--runs-dir", str(tmp_path), "--resume", str(tmp_path / "none.pt")]) == 2
-    assert "cannot read checkpoint" in capsys.readouterr().err
+    assert "checkpoint not found" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # ~28 s
@@ -159,10 +163,11 @@ def test_param_groups_float64_and_cross_framework_resume(tmp_path):
     first = run_experiment(load_config(config, ["train.epochs=1"]), runs_dir=tmp_path, progress=False)
     resumed = run_experiment(load_config(config, ["train.epochs=2"]), runs_dir=tmp_path, progress=False,
                              resume=f"{first.run_dir}/checkpoint.pt", resume_from="jax")
+    assert resumed.run_dir == first.run_dir  # the run goes on in its own folder
     want = [s for s in straight.steps if s["step"] >= 90]
-    assert [s["step"] for s in resumed.steps] == [s["step"] for s in want]
-    assert [s["jax_loss"] for s in resumed.steps] == [s["jax_loss"] for s in want]  # its own state: bit for bit
-    for a, b in zip(want, resumed.steps):
+    assert [s["step"] for s in resumed.steps[90:]] == [s["step"] for s in want]
+    assert [s["jax_loss"] for s in resumed.steps[90:]] == [s["jax_loss"] for s in want]  # its own state: bit for bit
+    for a, b in zip(want, resumed.steps[90:]):
         assert abs(a["torch_loss"] - b["torch_loss"]) <= 1e-4 * abs(a["torch_loss"])
     assert resumed.passed
 
@@ -215,6 +220,6 @@ def test_resnet_configs_part_from_float64_in_torch_itself(config):
     than the 1e-4 bar within 3 steps (measured: AdamW 0.34, SGD 0.091; max |diff| / max |ref| per tensor,
     worst in BatchNorm biases), so no float32 implementation short of bit-identical kernels can
     follow torch there. float64 both sides agree to ~1e-13 (test above)."""
-    from parity.runner import torch_precision_floor
+    from parity.floor import torch_precision_floor
 
     assert torch_precision_floor(load_config(config), steps=3)["max_rel"] > 1e-4

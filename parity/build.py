@@ -1,0 +1,191 @@
+"""Both sides of an experiment from one config: models, loaders, optimizers, schedulers, losses.
+
+:func:`build_experiment` is the first stage of a parity run: it builds the
+torch side from torch's own classes (``torch_ref``) and the JAX side from
+``jax_impl``, starting from identical weights (the seeded torch model's,
+converted) and reading identical batches. Settings either framework rejects
+raise :class:`parity.config.ConfigError` here, before anything is written.
+The single-device runner and the data-parallel comparison share
+:func:`jax_optimizer` and :func:`cast_jax_model`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+
+from parity.config import ConfigError
+
+__all__ = ["Experiment", "build_experiment", "cast_jax_model", "float_dtypes", "jax_optimizer", "lr_at",
+           "torch_optimizer"]
+
+
+@dataclasses.dataclass
+class Experiment:
+    """Everything a run trains: both models, loaders, optimizers and losses, ready for step 0."""
+
+    config: Any
+    t_dtype: torch.dtype
+    np_dtype: type
+    torch_model: torch.nn.Module
+    jax_model: Any
+    t_train: Any
+    j_train: Any
+    eval_loaders: tuple[Any, Any] | None
+    steps_per_epoch: int
+    t_opt: torch.optim.Optimizer
+    t_sched: Any
+    groups: list[tuple[dict[str, Any], list[str]]]
+    tx: Any
+    schedule: Any
+    opt_state: Any
+    t_loss: Any
+    j_loss: Any
+
+    def total_steps(self, max_steps: int | None) -> int:
+        """Optimizer steps of the whole run: every epoch's batches, capped by ``max_steps``."""
+        total = self.config.train.epochs * self.steps_per_epoch
+        return total if max_steps is None else min(max_steps, total)
+
+
+def float_dtypes(name: str) -> tuple[torch.dtype, type]:
+    """``(torch dtype, numpy dtype)`` of ``train.dtype``."""
+    return {"float32": (torch.float32, np.float32), "float64": (torch.float64, np.float64)}[name]
+
+
+def cast_jax_model(model: Any, dtype: Any) -> None:
+    """Cast every floating-point variable of an nnx ``model`` to ``dtype``, in place (torch's ``model.to(dtype)``)."""
+    import jax.numpy as jnp
+
+    from parity.convert.modules import module_state
+
+    for var in module_state(model).values():
+        value = var[...]
+        if jnp.issubdtype(value.dtype, jnp.floating):
+            var.value = jnp.asarray(value, dtype)
+
+
+def torch_optimizer(optimizer_cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, list]:
+    """The real ``torch.optim`` optimizer over ``model``, one torch param group per entry of
+    :func:`parity.optim.param_group_members` (returned too: the JAX side builds the same groups)."""
+    from parity.optim import param_group_members
+    from torch_ref.optim import build_optimizer
+
+    named = dict(model.named_parameters())
+    groups = param_group_members(optimizer_cfg, list(named))
+    return build_optimizer(optimizer_cfg, [{"params": [named[n] for n in names], **overrides}
+                                           for overrides, names in groups]), groups
+
+
+def jax_optimizer(optimizer_cfg: Any, scheduler_cfg: Any, steps_per_epoch: int, groups: list) -> tuple[Any, Any]:
+    """``(jax_impl.optim transformation, schedule or None)`` with the scheduler's lr (and cycled momentum) wired in.
+
+    ``groups`` is :func:`parity.optim.param_group_members`' list: one group
+    gives the plain optimizer; several give ``jax_impl.optim.param_groups``
+    with each group's hyperparameters, each lr scheduled from its own value
+    (torch's schedulers scale every group's ``initial_lr``). The returned
+    schedule is group 0's: what torch reports as ``param_groups[0]['lr']``.
+    """
+    from jax_impl.optim import lr_scheduler as S
+    from jax_impl.optim import param_groups
+    from parity.lr_scheduler import build_jax_schedule
+    from parity.optim import jax_optimizer_factory
+    from torch_ref.optim import optimizer_class, optimizer_spec
+
+    name, base = optimizer_spec(optimizer_cfg)
+    defaults = {k: p.default for k, p in inspect.signature(optimizer_class(name)).parameters.items()}
+    factory = jax_optimizer_factory(name)
+
+    def group_kwargs(overrides: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        kwargs = {**base, **overrides}
+        if scheduler_cfg is None:
+            return kwargs, None
+        schedule = build_jax_schedule(scheduler_cfg, kwargs.get("lr", defaults["lr"]))
+        per_step = scheduler_cfg.interval == "step"
+        kwargs["lr"] = schedule if per_step else S.per_epoch(schedule, steps_per_epoch=steps_per_epoch)
+        momentum = getattr(schedule, "momentum", None)
+        if momentum is not None:
+            # torch's OneCycleLR/CyclicLR cycle betas[0] of Adam-like optimizers, else `momentum`.
+            if not per_step:
+                raise NotImplementedError("momentum cycling with a per-epoch scheduler interval")
+            if "betas" in defaults:
+                kwargs["betas"] = (momentum, tuple(kwargs.get("betas", defaults["betas"]))[1])
+            elif "momentum" in defaults:
+                kwargs["momentum"] = momentum
+        return kwargs, schedule
+
+    built = [group_kwargs(overrides) for overrides, _ in groups]
+    schedule = built[0][1]
+    if len(groups) == 1:
+        return factory(**built[0][0]), schedule
+    specs = [{"params": (lambda path, leaf, names=frozenset(names): path in names), **kwargs}
+             for (kwargs, _), (_, names) in zip(built, groups, strict=True)]
+    return param_groups(factory, specs, strict=True), schedule
+
+
+def lr_at(schedule: Any, cfg: Any, step: int, epoch: int) -> float:
+    """Group 0's learning rate at ``step`` (per-step schedules) or ``epoch`` (per-epoch ones)."""
+    if schedule is None:
+        from torch_ref.optim import optimizer_spec
+
+        return float(optimizer_spec(cfg.optimizer)[1]["lr"])
+    return float(schedule(step if cfg.scheduler.interval == "step" else epoch))
+
+
+def build_experiment(cfg: Any) -> Experiment:
+    """Both sides of ``cfg`` at step 0.
+
+    Raises:
+      ConfigError: a setting torch or jax_impl rejects (torch's own
+        ``ValueError``/``TypeError`` messages, ``NotImplementedError`` for
+        what jax_impl lacks), with the original message.
+    """
+    try:
+        return _build(cfg)
+    except ConfigError:
+        raise
+    except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
+
+
+def _build(cfg: Any) -> Experiment:
+    from flax import nnx
+
+    import jax_impl.nn as jnn
+    from jax_impl.data import datasets as jdata
+    from parity.models import build_models
+    from torch_ref import data as tdata
+    from torch_ref.lr_scheduler import build_scheduler
+
+    t_dtype, np_dtype = float_dtypes(cfg.train.dtype)
+    torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+    torch_model = torch_model.to(t_dtype)
+    cast_jax_model(jax_model, np_dtype)
+
+    split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
+
+    def loaders(train: bool) -> tuple[Any, Any]:
+        extra = {} if train else {"train": False}
+        return (tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=train, **split),
+                                       seed=cfg.train.seed, **extra),
+                jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=train, **split),
+                                       seed=cfg.train.seed, **extra))
+
+    t_train, j_train = loaders(True)
+    eval_loaders = loaders(False) if cfg.data.val_fraction > 0 else None
+    steps_per_epoch = len(t_train)
+    t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
+    t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
+    tx, schedule = jax_optimizer(cfg.optimizer, cfg.scheduler, steps_per_epoch, groups)
+    loss = cfg.train.loss
+    return Experiment(
+        config=cfg, t_dtype=t_dtype, np_dtype=np_dtype, torch_model=torch_model, jax_model=jax_model,
+        t_train=t_train, j_train=j_train, eval_loaders=eval_loaders, steps_per_epoch=steps_per_epoch,
+        t_opt=t_opt, t_sched=t_sched, groups=groups, tx=tx, schedule=schedule,
+        opt_state=tx.init(nnx.state(jax_model, nnx.Param)),
+        t_loss=getattr(torch.nn, loss.name)(**loss.kwargs), j_loss=getattr(jnn, loss.name)(**loss.kwargs),
+    )

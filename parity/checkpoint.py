@@ -1,0 +1,280 @@
+"""Run checkpoints: both sides' state in torch's formats, verified before anything is restored.
+
+A checkpoint is one ``torch.save`` file holding
+
+* ``format`` / ``version``: what wrote it;
+* ``config``: the resolved config of the run (``ExperimentConfig.to_dict()``);
+* ``sha256``: the digest of ``payload``;
+* ``payload``: the bytes of a second ``torch.save`` file with the epoch,
+  the step, both models, both optimizers, the scheduler, both loaders'
+  generator states and the report so far (``history``).
+
+Both levels load with ``torch.load(weights_only=True)``: a file that needs
+anything but tensors and plain Python containers to unpickle (a crafted
+pickle that would run code) is refused, and nothing in it runs. A damaged
+file fails the digest. Every problem raises :class:`CheckpointError`, a
+:class:`parity.config.ConfigError`: bad input, exit code 2 on the CLI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from parity.build import lr_at
+from parity.config import ConfigError
+from parity.files import atomic_write
+
+__all__ = ["Checkpoint", "CheckpointError", "config_changes", "read_checkpoint", "restore", "write_checkpoint"]
+
+FORMAT = "parity-checkpoint"
+VERSION = 1
+
+# Keys a resumed run may change freely: how long it runs, how often it saves,
+# how strictly it is judged and what it is called. Any other key changes the
+# trajectory and needs `--allow-config-change`.
+FREE_KEYS = ("name", "train.epochs", "train.max_steps", "train.checkpoint", "train.tolerance")
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be resumed: unreadable, damaged, foreign, or from another config."""
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A verified checkpoint, read by :func:`read_checkpoint`."""
+
+    path: Path
+    epoch: int
+    step: int
+    config: dict[str, Any]
+    history: dict[str, Any] | None
+    torch: dict[str, Any]
+    jax: dict[str, Any]
+
+
+def write_checkpoint(path: str | os.PathLike, exp: Any, epoch: int, step: int, history: dict[str, Any]) -> None:
+    """Save both sides of ``exp`` (a :class:`parity.build.Experiment`) after ``epoch`` epochs, atomically.
+
+    ``history`` is the report so far (``RunReport.to_dict()``), so a resumed
+    run reports every step from step 0.
+    """
+    state = {"epoch": epoch, "step": step, "torch": _torch_state(exp), "jax": _jax_state(exp), "history": history}
+    payload = _serialize(state)
+    outer = {"format": FORMAT, "version": VERSION, "config": exp.config.to_dict(),
+             "sha256": hashlib.sha256(payload).hexdigest(),
+             "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
+    atomic_write(path, _serialize(outer))
+
+
+def _serialize(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _torch_state(exp: Any) -> dict[str, Any]:
+    return {"model": exp.torch_model.state_dict(), "optimizer": exp.t_opt.state_dict(),
+            "scheduler": None if exp.t_sched is None else exp.t_sched.state_dict(),
+            "generator": exp.t_train.generator.get_state()}
+
+
+def _jax_state(exp: Any) -> dict[str, Any]:
+    from flax import nnx
+
+    from parity.convert import grouped_optimizer_state_to_torch, optimizer_state_to_torch, to_torch_state_dict
+
+    params = nnx.state(exp.jax_model, nnx.Param)
+    accepted = inspect.signature(type(exp.t_opt)).parameters  # AdamW's defaults carry Adam's decoupled_weight_decay
+    hypers = [{k: v for k, v in group.items() if k in accepted and k != "params"} for group in exp.t_opt.param_groups]
+    name = exp.config.optimizer.name
+    if len(exp.groups) == 1:
+        optimizer = optimizer_state_to_torch(exp.opt_state, params, name=name, hyperparameters=hypers[0],
+                                             param_names=[n + ".value" for n in exp.groups[0][1]])
+    else:
+        optimizer = grouped_optimizer_state_to_torch(
+            exp.opt_state, params, name=name, hyperparameters=hypers,
+            groups=[[n + ".value" for n in names] for _, names in exp.groups])
+    return {"model": to_torch_state_dict(exp.jax_model), "optimizer": optimizer,
+            "generator": torch.from_numpy(np.array(exp.j_train.generator.get_state()))}
+
+
+def _load(source: Any, what: str, path: Path) -> Any:
+    """``torch.load(source, weights_only=True)``; every failure is a one-line :class:`CheckpointError`."""
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint not found: {path}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"checkpoint {path} is a folder; pass its checkpoint.pt") from None
+    except Exception as error:  # noqa: BLE001 - any failure to unpickle a user's file is bad input
+        text = str(error)
+        if "weights_only" in text or "Unsupported global" in text:
+            raise CheckpointError(f"refusing to load {what} {path}: it holds Python objects, not only tensors "
+                                  "(loading it would run code); only checkpoints written by `parity run` "
+                                  "resume") from None
+        first = text.strip().splitlines()[0][:160] if text.strip() else type(error).__name__
+        raise CheckpointError(f"cannot read {what} {path}: not a torch file, or damaged ({first})") from None
+
+
+def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Load and verify a checkpoint written by :func:`write_checkpoint`.
+
+    Raises:
+      CheckpointError: the file is missing, unreadable, not a parity
+        checkpoint, needs code to unpickle, or fails its digest.
+    """
+    path = Path(path)
+    outer = _load(path, "checkpoint", path)
+    if not isinstance(outer, dict) or outer.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a parity checkpoint (one written by `parity run`, checkpoint.pt "
+                              "in its run folder)")
+    if outer.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {outer.get('version')!r}, this parity reads {VERSION}")
+    payload, digest = outer.get("payload"), outer.get("sha256")
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8 or not isinstance(digest, str):
+        raise CheckpointError(f"{path} is damaged: its payload or digest is missing")
+    data = payload.numpy().tobytes()
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise CheckpointError(f"{path} is damaged: its contents do not match their SHA-256 digest")
+    state = _load(io.BytesIO(data), "checkpoint payload of", path)
+    config = outer.get("config")
+    if not isinstance(state, dict) or not isinstance(config, dict) or not {"epoch", "step", "torch", "jax"} <= set(state):
+        raise CheckpointError(f"{path} is damaged: it lacks the run's state")
+    return Checkpoint(path=path, epoch=int(state["epoch"]), step=int(state["step"]), config=config,
+                      history=state.get("history"), torch=state["torch"], jax=state["jax"])
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out or {prefix: {}}
+    if isinstance(value, (list, tuple)):
+        return {prefix: [_flatten(v) if isinstance(v, dict) else v for v in value]}
+    return {prefix: value}
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, checkpoint's value, this run's value)`` for every key that changes the trajectory."""
+    a, b = _flatten(old), _flatten(new)
+    free = lambda key: any(key == k or key.startswith(k + ".") for k in FREE_KEYS)  # noqa: E731
+    missing = object()
+    return [(key, a.get(key, missing), b.get(key, missing)) for key in sorted(set(a) | set(b))
+            if not free(key) and a.get(key, missing) != b.get(key, missing)]
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value.__class__ is object else repr(value)
+
+
+def restore(exp: Any, ckpt: Checkpoint, *, resume_from: str | None = None,
+            allow_config_change: bool = False) -> Any:
+    """Load ``ckpt`` into ``exp`` (both sides) and return the JAX optimizer state.
+
+    Args:
+      exp: a freshly built :class:`parity.build.Experiment` of this run's config.
+      ckpt: from :func:`read_checkpoint`.
+      resume_from: ``None`` (each side from its own state), ``"torch"`` or
+        ``"jax"``: both sides continue from that framework's model and
+        optimizer state.
+      allow_config_change: accept a config that differs from the
+        checkpoint's; both frameworks then use this run's hyperparameters.
+
+    Raises:
+      CheckpointError: the config changed (naming the keys) without
+        ``allow_config_change``, or the state does not fit this run's model.
+    """
+    changes = config_changes(ckpt.config, exp.config.to_dict())
+    if changes and not allow_config_change:
+        listed = "; ".join(f"{k}: {_show(a)} in the checkpoint, {_show(b)} now" for k, a, b in changes[:5])
+        raise CheckpointError(f"{ckpt.path} was written with another config ({listed}); resume with the "
+                              "checkpoint's values, or pass --allow-config-change to continue with the new ones")
+    if any(key.startswith("scheduler") for key, _, _ in changes):
+        raise CheckpointError(f"{ckpt.path}: changing the scheduler on resume is not supported "
+                              f"({', '.join(k for k, _, _ in changes if k.startswith('scheduler'))})")
+    try:
+        return _restore(exp, ckpt, resume_from, allow_config_change and bool(changes))
+    except CheckpointError:
+        raise
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as error:
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{ckpt.path} does not fit this run's model or optimizer: {first}") from None
+
+
+def _restore(exp: Any, ckpt: Checkpoint, resume_from: str | None, new_hyperparameters: bool) -> Any:
+    from flax import nnx
+
+    from parity.convert import grouped_optimizer_state_from_torch, load_torch_state_dict, optimizer_state_from_torch
+
+    if resume_from not in (None, "torch", "jax"):
+        raise CheckpointError(f"resume_from must be 'torch' or 'jax', got {resume_from!r}")
+    t_src = ckpt.torch if resume_from != "jax" else ckpt.jax
+    j_src = ckpt.jax if resume_from != "torch" else ckpt.torch
+    exp.torch_model.load_state_dict(t_src["model"])
+    # The param_groups (lr, betas as the scheduler left them) are torch's in both cases: same step.
+    groups = ckpt.torch["optimizer"]["param_groups"]
+    if new_hyperparameters:
+        groups = _groups_with_new_hyperparameters(exp, groups, ckpt)
+    exp.t_opt.load_state_dict({"state": t_src["optimizer"]["state"], "param_groups": groups})
+    if exp.t_sched is not None:
+        exp.t_sched.load_state_dict(ckpt.torch["scheduler"])
+        if new_hyperparameters:
+            exp.t_sched.base_lrs = [group["initial_lr"] for group in groups]
+    exp.t_train.generator.set_state(ckpt.torch["generator"])
+    load_torch_state_dict(exp.jax_model, j_src["model"])
+    params = nnx.state(exp.jax_model, nnx.Param)
+    j_opt = {"state": j_src["optimizer"]["state"], "param_groups": groups}
+    name = exp.config.optimizer.name
+    if len(exp.groups) == 1:
+        opt_state = optimizer_state_from_torch(j_opt, params, name=name,
+                                               param_names=[n + ".value" for n in exp.groups[0][1]])
+    else:
+        opt_state = grouped_optimizer_state_from_torch(
+            j_opt, params, name=name, groups=[[n + ".value" for n in names] for _, names in exp.groups])
+    exp.j_train.generator.set_state(np.asarray(ckpt.jax["generator"].numpy()))
+    # The scheduled lr is read at the state's count. torch's SGD keeps no step count, so the
+    # conversion cannot know it: the checkpoint's optimizer step is the count on every side.
+    return _with_count(opt_state, ckpt.step)
+
+
+def _groups_with_new_hyperparameters(exp: Any, groups: list[dict[str, Any]], ckpt: Checkpoint) -> list[dict]:
+    """The checkpoint's torch param groups with this run's hyperparameters (``--allow-config-change``).
+
+    The freshly built optimizer holds the new values. With a scheduler, a
+    group's current ``lr`` is the JAX schedule's value at the resume point
+    (the new base lr scheduled as far as the checkpoint got), and
+    ``initial_lr`` the new base, so both frameworks go on from the same lr.
+    """
+    fresh = exp.t_opt.state_dict()["param_groups"]
+    if len(fresh) != len(groups):
+        raise CheckpointError(f"{ckpt.path}: {len(groups)} param groups in the checkpoint, {len(fresh)} now")
+    out = []
+    for old, new in zip(groups, fresh, strict=True):
+        merged = {**old, **{k: v for k, v in new.items() if k != "params"}}
+        if exp.schedule is not None:
+            base0 = fresh[0].get("initial_lr", fresh[0]["lr"])
+            scale = new.get("initial_lr", new["lr"]) / base0 if base0 else 1.0
+            merged["lr"] = lr_at(exp.schedule, exp.config, ckpt.step, ckpt.epoch) * scale
+        out.append(merged)
+    return out
+
+
+def _with_count(state: Any, count: int) -> Any:
+    """``state`` (a jax_impl.optim state, or ParamGroupsState of them) with its step count set to ``count``."""
+    import jax.numpy as jnp
+
+    from jax_impl.optim import ParamGroupsState
+
+    if isinstance(state, ParamGroupsState):
+        return ParamGroupsState(tuple(_with_count(inner, count) for inner in state.groups))
+    return state._replace(count=jnp.asarray(count, state.count.dtype))

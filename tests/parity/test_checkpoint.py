@@ -1,0 +1,226 @@
+"""Checkpoints and --resume under faults: no code runs from a file, damage and config changes are refused,
+history is kept, a full disk loses nothing. Each fault goes through the CLI and must give its exit code and
+one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import parity.files
+from parity.checkpoint import CheckpointError, config_changes, read_checkpoint
+from parity.cli import main
+from parity.config import load_config
+from parity.experiment import run_experiment
+
+SHORT = ["train.epochs=1", "data.batch_size=64"]  # 23 steps: a checkpoint in ~5 s
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A one-epoch run with its checkpoint (the run folder is shared: tests copy the checkpoint)."""
+    report = run_experiment(load_config("configs/lenet_digits.yaml", SHORT), runs_dir=tmp_path_factory.mktemp("runs"),
+                            progress=False)
+    return report, Path(report.run_dir) / "checkpoint.pt"
+
+
+def _copy(checkpoint: Path, folder: Path) -> Path:
+    target = folder / "checkpoint.pt"
+    target.write_bytes(checkpoint.read_bytes())
+    return target
+
+
+def _resume(tmp_path, checkpoint, *overrides, flags=()):
+    return main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "--resume", str(checkpoint),
+                 *flags, "configs/lenet_digits.yaml", *SHORT[1:], "train.epochs=2", *overrides])
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+class _Payload:
+    """A pickle whose unpickling runs a command: what a crafted --resume file would do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle"])
+def test_crafted_pickle_does_not_run(tmp_path, capsys, how):
+    marker = tmp_path / "marker"
+    evil = tmp_path / "evil.pt"
+    if how == "torch.save":
+        torch.save({"format": "parity-checkpoint", "payload": _Payload(marker)}, evil)
+    else:
+        evil.write_bytes(pickle.dumps(_Payload(marker)))
+    assert _resume(tmp_path, evil) == 2
+    assert not marker.exists()
+    assert "evil.pt" in _one_line(capsys.readouterr().err)
+
+
+def test_byte_flipped_checkpoint_exits_2(tmp_path, capsys, finished):
+    data = bytearray(_copy(finished[1], tmp_path).read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 2000] = bytes(b ^ 0xFF for b in data[middle:middle + 2000])
+    (tmp_path / "checkpoint.pt").write_bytes(bytes(data))
+    assert _resume(tmp_path, tmp_path / "checkpoint.pt") == 2
+    assert "damaged" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 100, "truncated", "foreign", "list"])
+def test_unreadable_or_foreign_checkpoints_exit_2(tmp_path, capsys, finished, content):
+    path = tmp_path / "checkpoint.pt"
+    if content == "truncated":
+        path.write_bytes(finished[1].read_bytes()[:5000])
+    elif content == "foreign":
+        torch.save(torch.nn.Linear(2, 2).state_dict(), path)
+    elif content == "list":
+        torch.save([1, 2, 3], path)
+    else:
+        path.write_bytes(content)
+    assert _resume(tmp_path, path) == 2
+    assert str(path) in _one_line(capsys.readouterr().err)
+
+
+def test_changed_hyperparameter_is_refused_unless_allowed(tmp_path, capsys, finished):
+    checkpoint = _copy(finished[1], tmp_path)
+    assert _resume(tmp_path, checkpoint, "optimizer.lr=0.001") == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "optimizer.lr: 0.005 in the checkpoint, 0.001 now" in line and "--allow-config-change" in line
+    # Allowed: both frameworks take the new lr (torch's param groups are rewritten), so parity holds.
+    assert _resume(tmp_path, checkpoint, "optimizer.lr=0.001", flags=["--allow-config-change"]) == 0
+    report = json.loads(next((tmp_path / "runs").glob("*/report.json")).read_text())
+    assert report["passed"] and [s["lr"] for s in report["steps"]][-1] == 0.001 * 0.3 ** 0
+
+
+def test_free_keys_may_change():
+    old = load_config("configs/lenet_digits.yaml").to_dict()
+    new = load_config("configs/lenet_digits.yaml", ["train.epochs=9", "train.tolerance.rtol=0.1", "name=x"]).to_dict()
+    assert config_changes(old, new) == []
+    changed = load_config("configs/lenet_digits.yaml", ["train.seed=1"]).to_dict()
+    assert [key for key, _, _ in config_changes(old, changed)] == ["train.seed"]
+
+
+def test_finished_run_has_nothing_to_do(tmp_path, capsys, finished):
+    checkpoint = _copy(finished[1], tmp_path)
+    assert main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "--resume", str(checkpoint),
+                 "configs/lenet_digits.yaml", *SHORT]) == 2
+    assert "nothing to do" in _one_line(capsys.readouterr().err)
+
+
+def test_resume_continues_the_run_folder(tmp_path, finished):
+    """A checkpoint beside its report resumes in that folder: one report from step 0, the checkpoint advanced."""
+    report, checkpoint = finished
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("checkpoint.pt", "report.json"):
+        (folder / name).write_bytes((checkpoint.parent / name).read_bytes())
+    resumed = run_experiment(load_config("configs/lenet_digits.yaml", [*SHORT[1:], "train.epochs=2"]),
+                             runs_dir=tmp_path / "runs", progress=False, resume=folder / "checkpoint.pt")
+    assert resumed.run_dir == str(folder) and not (tmp_path / "runs").exists()
+    data = json.loads((folder / "report.json").read_text())
+    assert [s["step"] for s in data["steps"]] == list(range(46)) and len(data["epochs"]) == 2
+    assert data["steps"][:23] == json.loads(json.dumps(report.steps))
+    assert read_checkpoint(folder / "checkpoint.pt").step == 46
+
+
+def test_disk_full_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
+    """ENOSPC on the second checkpoint: exit 2 naming the path, no temporary file, the first checkpoint intact."""
+    real = parity.files.os.fsync
+    calls = {"checkpoint": 0}
+
+    def fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(".checkpoint.pt"):
+            calls["checkpoint"] += 1
+            if calls["checkpoint"] == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(parity.files.os, "fsync", fsync)
+    runs = tmp_path / "runs"
+    assert main(["run", "--no-progress", "--runs-dir", str(runs), "configs/lenet_digits.yaml", *SHORT[1:],
+                 "train.epochs=3"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    folder = next(runs.iterdir())
+    assert line == f"parity: error: no space left on device: {folder / 'checkpoint.pt'}"
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt", "divergence.png", "loss.png", "report.json",
+                                                        "report.md"]
+    assert read_checkpoint(folder / "checkpoint.pt").epoch == 1
+    assert json.loads((folder / "report.json").read_text())["interrupted"]
+
+
+def test_internal_error_exits_3_with_the_traceback_in_the_run_folder(tmp_path, capsys, monkeypatch):
+    import parity.runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("an internal fault")
+
+    monkeypatch.setattr(parity.runner, "_measure", broken)
+    assert main(["run", "--no-progress", "--runs-dir", str(tmp_path), "configs/lenet_digits.yaml", *SHORT]) == 3
+    line = _one_line(capsys.readouterr().err)
+    folder = next(tmp_path.iterdir())
+    assert line.startswith("parity: internal error: RuntimeError: an internal fault") and "error.log" in line
+    assert "Traceback" in (folder / "error.log").read_text()
+    assert json.loads((folder / "report.json").read_text())["interrupted"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_checkpoints_raise_checkpoint_error_only(tmp_path, finished, data):
+    """Random bytes, truncations and byte flips of a real checkpoint: CheckpointError (exit 2) or a clean read."""
+    original = finished[1].read_bytes()
+    kind = data.draw(st.sampled_from(["random", "truncate", "flip"]))
+    if kind == "random":
+        blob = data.draw(st.binary(max_size=4096))
+    elif kind == "truncate":
+        blob = original[: data.draw(st.integers(0, len(original) - 1))]
+    else:
+        blob = bytearray(original)
+        for index in data.draw(st.lists(st.integers(0, len(original) - 1), min_size=1, max_size=20)):
+            blob[index] ^= data.draw(st.integers(1, 255))
+        blob = bytes(blob)
+    path = tmp_path / "fuzz.pt"
+    path.write_bytes(blob)
+    try:
+        read_checkpoint(path)
+    except CheckpointError:
+        pass
+
+
+def test_strict_json_and_a_verdict_with_its_numbers(finished):
+    report, checkpoint = finished
+    text = (checkpoint.parent / "report.json").read_text()
+    data = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
+    assert data["verdict"].startswith("PASSED: parameters within rtol 0.0001 (max rel ")
+    assert data["epochs"][0]["torch_accuracy"] is not None
+    first = (checkpoint.parent / "report.md").read_text().splitlines()[0]
+    assert first == f"**{report.verdict()}**"
+
+
+def test_checkpoint_option(tmp_path):
+    for mode, expected in (("none", False), ("last", True)):
+        report = run_experiment(load_config("configs/lenet_digits.yaml", [*SHORT, f"train.checkpoint={mode}"]),
+                                runs_dir=tmp_path / mode, progress=False, max_steps=3)
+        assert (Path(report.run_dir) / "checkpoint.pt").exists() == expected
+
+
+def test_checkpoint_is_one_torch_file_loadable_without_code(finished):
+    outer = torch.load(finished[1], weights_only=True)
+    assert outer["format"] == "parity-checkpoint" and len(outer["sha256"]) == 64
+    inner = torch.load(io.BytesIO(outer["payload"].numpy().tobytes()), weights_only=True)
+    assert inner["step"] == 23 and set(inner["torch"]) == {"model", "optimizer", "scheduler", "generator"}
