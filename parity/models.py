@@ -111,7 +111,7 @@ def _record_torch(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict[str, np
 
 
 @contextlib.contextmanager
-def _recording(model: nnx.Module, outputs: dict[str, np.ndarray], kinds: dict[str, str]) -> Iterator[None]:
+def _recording(model: nnx.Module, outputs: dict[str, Any], kinds: dict[str, str], record=np.asarray) -> Iterator[None]:
     names = {id(m): ".".join(map(str, path)) for path, m in nnx.iter_modules(model) if path}
     counts: dict[str, int] = {}
     patched: dict[type, Any] = {}
@@ -135,7 +135,7 @@ def _recording(model: nnx.Module, outputs: dict[str, np.ndarray], kinds: dict[st
                     n = counts.get(name, 0)
                     counts[name] = n + 1
                     key = name if n == 0 else f"{name}#{n}"
-                    outputs[key] = np.asarray(_first_array(out))
+                    outputs[key] = record(_first_array(out))
                     kinds[key] = type(self).__name__
                 return out
 
@@ -160,18 +160,38 @@ def _params_by_module(torch_model: torch.nn.Module, jax_model: nnx.Module) -> tu
     return t, j
 
 
-def _run_both(torch_model, jax_model, inputs, train: bool):
+def _run_both(torch_model, jax_model, inputs, train: bool, *, shapes_only: bool = False):
+    """Both models' per-layer outputs; with ``shapes_only`` the JAX side's are ``ShapeDtypeStruct``s.
+
+    The JAX model runs eagerly, one compiled kernel per new operation and
+    shape; ``shapes_only`` traces it under ``jax.eval_shape`` instead, which
+    goes through the same code and compiles nothing.
+    """
     x = np.asarray(inputs)
     torch_model.train(train)
     jax_model.train(train)
     t_out, t_kind, t_final = _record_torch(torch_model, torch.from_numpy(np.array(x)))
-    j_out: dict[str, np.ndarray] = {}
+    j_out: dict[str, Any] = {}
     j_kind: dict[str, str] = {}
     # Every submodule's output is recorded, so the model runs module by module (the channels-last
     # eval blocks of jax_impl.models skip their submodules' calls).
-    with _recording(jax_model, j_out, j_kind), channels_last_eval(False):
-        j_final = np.asarray(jax_model(jax.numpy.asarray(x)))
+    if shapes_only:
+        graphdef, state = nnx.split(jax_model)
+
+        def probe(state, x):
+            model = nnx.merge(graphdef, state)
+            with _recording(model, j_out, j_kind, _abstract), channels_last_eval(False):
+                return model(x)
+
+        j_final = jax.eval_shape(probe, state, jax.ShapeDtypeStruct(x.shape, x.dtype))
+    else:
+        with _recording(jax_model, j_out, j_kind), channels_last_eval(False):
+            j_final = np.asarray(jax_model(jax.numpy.asarray(x)))
     return t_out, t_kind, t_final, j_out, j_kind, j_final
+
+
+def _abstract(array) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(array.shape, array.dtype)
 
 
 def compare_models(torch_model: torch.nn.Module, jax_model: nnx.Module, inputs, *, train: bool = False,
@@ -217,11 +237,13 @@ def compare_models(torch_model: torch.nn.Module, jax_model: nnx.Module, inputs, 
 def summary(torch_model: torch.nn.Module, jax_model: nnx.Module, input_shape, *, dtype=np.float32) -> str:
     """torchsummary-style table: each layer's output shape and parameter count in torch and JAX, side by side.
 
-    A ``!`` marks a layer whose shapes or parameter counts differ. Runs both
-    models once in eval mode on zeros of ``input_shape`` (batch included).
+    A ``!`` marks a layer whose shapes or parameter counts differ. Runs the
+    torch model once in eval mode on zeros of ``input_shape`` (batch included)
+    and traces the JAX one on the same shape (``jax.eval_shape``: every layer's
+    code runs, nothing is compiled).
     """
     x = np.zeros(tuple(input_shape), dtype)
-    t_out, t_kind, _, j_out, _, _ = _run_both(torch_model, jax_model, x, train=False)
+    t_out, t_kind, _, j_out, _, _ = _run_both(torch_model, jax_model, x, train=False, shapes_only=True)
     t_params, j_params = _params_by_module(torch_model, jax_model)
     head = f"{'layer':<28} {'type':<18} {'torch output':<20} {'jax output':<20} {'torch #':>10} {'jax #':>10}"
     lines = [head, "=" * len(head)]
@@ -254,7 +276,20 @@ def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.M
     kwargs = model_config.resolved_kwargs()
     torch.manual_seed(seed)
     torch_model = getattr(tm, model_config.name)(**kwargs)
-    jax_model = getattr(jm, model_config.name)(**kwargs, rngs=nnx.Rngs(seed))
+
+    def build() -> nnx.Module:
+        return getattr(jm, model_config.name)(**kwargs, rngs=nnx.Rngs(seed))
+
+    # The JAX init's draws are all overwritten by torch's weights, so the model is built
+    # abstractly (shapes only: no jax.random kernel compiled per parameter shape) and filled
+    # from the state dict. A model holding variables torch does not have (RNG state) gets a
+    # real init, so those keep their seeded values.
+    jax_model = nnx.eval_shape(build)
+    state = nnx.state(jax_model)
+    if len(jax.tree.leaves(state)) == len(module_state(jax_model)):
+        nnx.update(jax_model, jax.tree.map(lambda s: jax.numpy.asarray(np.zeros(s.shape, s.dtype)), state))
+    else:
+        jax_model = build()
     load_torch_state_dict(jax_model, torch_model.state_dict())
     return torch_model, jax_model
 
