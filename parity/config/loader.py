@@ -3,9 +3,12 @@
 ``load_config("configs/x.yaml", ["optimizer.lr=0.1"])`` reads the YAML
 (duplicate keys are an error, not a silent overwrite), applies dotted
 ``key=value`` overrides (values parsed as YAML scalars), and builds the typed
-:class:`~parity.config.schema.ExperimentConfig`. Every problem raises
-:class:`~parity.config.types.ConfigError` naming the file and the full key
-path, with the closest valid key for a misspelling.
+:class:`~parity.config.schema.ExperimentConfig`. A bare name
+(``lenet_digits``) that is no file here is a shipped config
+(:mod:`parity.config.shipped`). Every problem raises
+:class:`~parity.config.types.ConfigError` naming where it is (the file, or the
+command-line override that caused it) and the full key path, with the closest
+valid key for a misspelling.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 import yaml
 
 from parity.config import registry
+from parity.config.shipped import resolve_config_path
 from parity.config.schema import ExperimentConfig, NamedSection, ParamGroupConfig, SchedulerConfig
-from parity.config.types import ConfigError, coerce, suggest, unknown_key_error
+from parity.config.types import ConfigError, coerce, describe_value, suggest, unknown_key_error
 
 __all__ = ["load_config", "config_from_dict", "apply_overrides", "parse_override", "read_yaml"]
 
@@ -34,6 +38,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     mapping: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise ConfigError(f"a key must be a name, got a {type(key).__name__} (line {key_node.start_mark.line + 1})") from None
         if key in mapping:
             raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
         mapping[key] = loader.construct_object(value_node, deep=deep)
@@ -59,34 +67,66 @@ _StrictLoader.add_implicit_resolver(
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Reads a YAML mapping; ``ConfigError`` for a missing file, bad YAML or a non-mapping."""
+    """Reads a YAML mapping; ``ConfigError`` for a missing, unreadable, empty or non-UTF-8 file, bad YAML or a non-mapping."""
     source = os.fspath(path)
+    if os.path.isdir(source):
+        raise ConfigError(f"{source} is a folder, not a config file")
     if not os.path.isfile(source):
         raise ConfigError(f"no such config file: {source}")
     try:
-        with open(source, encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_StrictLoader)
+        with open(source, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {source}: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a leading byte-order mark is allowed, as YAML allows it
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {source} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+                          f"{error.start}); a config is a YAML file") from None
+    if not text.strip():
+        raise ConfigError(f"config file {source} is empty")
+    try:
+        raw = _parse(text)
     except ConfigError as error:
         raise error.with_source(source) from None
+    if raw is None:
+        raise ConfigError(f"config file {source} holds no settings (only comments or a null document)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping at the top level (sections such as model: and optimizer:), got "
+                          f"{describe_value(raw)}", source=source)
+    return raw
+
+
+def _parse(text: str) -> Any:
+    """One YAML document; ``ConfigError`` (without a source) for anything YAML cannot read."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as error:
+        # One line: PyYAML's own text spans several, with an excerpt and a caret.
+        mark = error.problem_mark or error.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        context = f"{error.context}: " if error.context else ""
+        raise ConfigError(f"invalid YAML: {context}{error.problem}{where}") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"invalid YAML: {error}", source=source) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
-    return data
+        raise ConfigError(f"invalid YAML: {' '.join(str(error).split())}") from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply") from None
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"optimizer.betas=[0.9, 0.99]"`` -> ``("optimizer.betas", [0.9, 0.99])``."""
+    """``"optimizer.betas=[0.9, 0.99]"`` -> ``("optimizer.betas", [0.9, 0.99])``.
+
+    Errors name the override (``ConfigError.override``), not a config file.
+    """
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {text!r} is not of the form dotted.key=value")
+        raise ConfigError("not of the form dotted.key=value", override=text)
     try:
-        parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"cannot parse the value of override {text!r}: {error}", path=key) from None
+        parsed = _parse(value) if value.strip() else None
+    except ConfigError as error:
+        problem = error.message.removeprefix("invalid YAML: ")
+        raise ConfigError(f"cannot parse the value as YAML: {problem}", path=key, override=text) from None
     return key, parsed
 
 
@@ -101,11 +141,12 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             child = node.get(part)
             if child is None:
                 child = node[part] = {}
-            elif isinstance(child, str):
+            elif isinstance(child, str) and part != "name":
                 child = node[part] = {"name": child}  # the shorthand of a named section
             elif not isinstance(child, dict):
                 where = ".".join(parts[: depth + 1])
-                raise ConfigError(f"cannot set {key}: {where} is a {type(child).__name__}, not a mapping", path=key)
+                raise ConfigError(f"cannot set: {where} is a {type(child).__name__}, not a mapping", path=key,
+                                  override=text)
             node = child
         node[parts[-1]] = value
     return result
@@ -120,13 +161,48 @@ def _deep_copy(value: Any) -> Any:
 
 
 def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Reads, overrides and validates one config file."""
-    source = os.fspath(path)
+    """Reads, overrides and validates one config file (a path, or a shipped config's name).
+
+    An error that the overrides cause names the override (``override
+    'optimizer.lrr=0.1' (command line): optimizer.lrr: unknown key; ...``);
+    one the file has with or without them names the file.
+    """
+    source = os.fspath(resolve_config_path(path))
     raw = read_yaml(source)
     try:
         return config_from_dict(apply_overrides(raw, overrides))
     except ConfigError as error:
-        raise error.with_source(source) from None
+        raise _locate(error, raw, overrides, source) from None
+
+
+def _locate(error: ConfigError, raw: dict[str, Any], overrides: Sequence[str], source: str) -> ConfigError:
+    """``error`` attributed to the override that caused it, else to the config file."""
+    if error.override is not None:
+        return error
+    culprit = _override_near(error.path, overrides)
+    if culprit is not None:
+        try:
+            config_from_dict(raw)
+            in_file = False
+        except ConfigError as plain:
+            in_file = (plain.path, plain.message) == (error.path, error.message)
+        if not in_file:
+            return error.with_override(culprit)
+    return error.with_source(source)
+
+
+def _override_near(path: str | None, overrides: Sequence[str]) -> str | None:
+    """The override whose key shares the longest dotted prefix with ``path`` (the last of equals), if any."""
+    if not path:
+        return None
+    target = path.split(".")
+    best, best_len = None, 0
+    for text in overrides:
+        key = parse_override(text)[0].split(".")
+        common = next((i for i, (a, b) in enumerate(zip(key, target)) if a != b), min(len(key), len(target)))
+        if common and common >= best_len:
+            best, best_len = text, common
+    return best
 
 
 def config_from_dict(raw: Mapping[str, Any]) -> ExperimentConfig:

@@ -18,25 +18,44 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigError", "coerce", "type_name", "suggest", "unknown_key_error"]
+__all__ = ["ConfigError", "coerce", "describe_value", "type_name", "suggest", "unknown_key_error"]
 
 
 class ConfigError(ValueError):
-    """An invalid experiment configuration. ``str()`` names the offending key path."""
+    """An invalid experiment configuration. ``str()`` names where it came from and the key path.
 
-    def __init__(self, message: str, *, path: str | None = None, source: str | None = None) -> None:
+    Attributes:
+      message: what is wrong.
+      path: the dotted key path (``optimizer.lr``), if the problem has one.
+      source: the config file the problem is in.
+      override: the command-line ``key=value`` override the problem is in;
+        it takes the place of the file in ``str()``:
+        ``override 'optimizer.lrr=0.1' (command line): optimizer.lrr: unknown key; ...``.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, source: str | None = None,
+                 override: str | None = None) -> None:
         self.path = path
         self.source = source
+        self.override = override
         self.message = message
         super().__init__(self._text())
 
     def _text(self) -> str:
         where = f"{self.path}: " if self.path else ""
-        origin = f"{self.source}: " if self.source else ""
+        if self.override is not None:
+            origin = f"override {self.override!r} (command line): "
+        else:
+            origin = f"{self.source}: " if self.source else ""
         return f"{origin}{where}{self.message}"
 
     def with_source(self, source: str) -> ConfigError:
-        return ConfigError(self.message, path=self.path, source=source)
+        """The same error, located in the config file ``source`` (an override's error stays the override's)."""
+        return ConfigError(self.message, path=self.path, source=source, override=self.override)
+
+    def with_override(self, override: str) -> ConfigError:
+        """The same error, located in the command-line override ``override`` (``key=value``)."""
+        return ConfigError(self.message, path=self.path, source=self.source, override=override)
 
 
 def suggest(word: str, candidates: Iterable[str]) -> str | None:
@@ -86,7 +105,8 @@ def type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
+    """``"str ('three')"``: a value's type and (shortened) repr, for error messages."""
     text = repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
@@ -98,7 +118,7 @@ def coerce(value: Any, annotation: Any, path: str) -> Any:
     try:
         return _coerce(value, annotation, path)
     except _Mismatch:
-        raise ConfigError(f"expected {type_name(annotation)}, got {_describe(value)}", path=path) from None
+        raise ConfigError(f"expected {type_name(annotation)}, got {describe_value(value)}", path=path) from None
 
 
 class _Mismatch(Exception):
