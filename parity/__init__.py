@@ -9,12 +9,22 @@ from parity.numerics import seed_everything, strict_numerics
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # run_experiment imports torch, jax and the runner: loaded on first use, so `import parity` stays light.
+    if name == "run_experiment":
+        from parity.experiment import run_experiment
+
+        return run_experiment
+    raise AttributeError(f"module 'parity' has no attribute {name!r}")
+
 __all__ = [
     "ComparisonReport",
     "LeafReport",
     "__version__",
     "assert_parity",
     "compare",
+    "run_experiment",
     "seed_everything",
     "strict_numerics",
 ]

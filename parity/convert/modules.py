@@ -42,17 +42,34 @@ def module_state(module: nnx.Module) -> dict[str, nnx.Variable]:
 
 
 def _read(source) -> Mapping[str, Any]:
+    """A state dict from a mapping, a module or a file; a file that is not one raises ``ValueError`` naming it."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise ValueError(f"state dict file not found: {path}")
         if path.endswith(".safetensors"):
             try:
                 from safetensors.numpy import load_file
             except ImportError as err:  # pragma: no cover - depends on the environment
                 raise ImportError("reading .safetensors needs the 'safetensors' package") from err
-            return load_file(path)
-        return torch.load(path, map_location="cpu", weights_only=True)
+            loader = load_file
+        else:
+            loader = lambda p: torch.load(p, map_location="cpu", weights_only=True)  # noqa: E731
+        try:
+            loaded = loader(path)
+        except Exception as error:  # noqa: BLE001 - any failure to parse a user's file is bad input
+            text = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+            if "weights_only" in str(error):
+                text = "it holds Python objects, not only tensors (loading it would run code)"
+            raise ValueError(f"cannot read state dict {path}: {text}") from None
+        if not isinstance(loaded, Mapping):
+            raise ValueError(f"{path} holds a {type(loaded).__name__}, not a state dict (a mapping of names to tensors)")
+        return loaded
     if isinstance(source, torch.nn.Module):
         return source.state_dict()
+    if not isinstance(source, Mapping):
+        raise ValueError(f"expected a state dict (a mapping of names to tensors), a file or a module, "
+                         f"got {type(source).__name__}")
     return source
 
 

@@ -1,0 +1,47 @@
+"""Ctrl-C and SIGTERM during `parity run`: exit 130, a report of every step done marked interrupted, the last
+complete checkpoint kept, and one line on stderr instead of a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity.checkpoint import read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # ~25 s each
+def test_signal_mid_run_exits_130_with_the_report_so_far(tmp_path, signum):
+    command = [sys.executable, "-m", "parity", "run", "--runs-dir", str(tmp_path), "configs/lenet_digits.yaml",
+               "data.batch_size=64", "train.epochs=1000"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "COLUMNS": "80"})
+    try:
+        deadline = time.monotonic() + 120
+        for line in process.stderr:  # the phase lines: wait for training to start
+            if "training" in line or time.monotonic() > deadline:
+                break
+        checkpoints = lambda: list(tmp_path.glob("*/checkpoint.pt"))  # noqa: E731
+        while not checkpoints() and time.monotonic() < deadline:  # at least one epoch done
+            time.sleep(0.2)
+        time.sleep(0.5)
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "parity: interrupted; the report of the steps done is in" in err
+    folder = next(tmp_path.iterdir())
+    report = json.loads((folder / "report.json").read_text())
+    assert report["interrupted"] and report["verdict"].startswith("INTERRUPTED after ")
+    done = len(report["steps"])
+    assert done >= 23 and [s["step"] for s in report["steps"]] == list(range(done))
+    assert read_checkpoint(folder / "checkpoint.pt").step == 23 * len(report["epochs"])
