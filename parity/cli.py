@@ -5,6 +5,8 @@ Subcommands are wired only once they work:
 - ``parity config validate FILE...``: checks configs; exit 2 on the first bad one.
 - ``parity config show [FILE] [key=value ...]``: prints the resolved config
   (every torch default filled in). Without FILE, the default experiment.
+- ``parity config list``: the shipped configs, one line each. FILE anywhere
+  may be a shipped config's bare name (``lenet_digits``).
 - ``parity run [FILE] [key=value ...] [--only torch|jax] [--steps N]``: the
   end-to-end parity run (exit 1 when the two sides diverge beyond tolerance).
 - ``parity summary [FILE] [key=value ...]``: the config's model in torch and
@@ -82,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("file", nargs="?", metavar="FILE", help=f"config file (default: {default_config_path().name})")
     show.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     show.set_defaults(handler=_config_show)
+    listing = config_commands.add_parser(
+        "list", help="the shipped configs (configs/), each with a one-line description",
+        description="List the configs of the checkout's configs/ folder: `parity run NAME` runs one.",
+    )
+    listing.set_defaults(handler=_config_list)
     config.set_defaults(handler=lambda args: _print_help(config))
 
     run = commands.add_parser(
@@ -188,6 +195,18 @@ def _config_validate(args: argparse.Namespace) -> int:
 def _config_show(args: argparse.Namespace) -> int:
     config = _load(args)
     sys.stdout.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return 0
+
+
+def _config_list(args: argparse.Namespace) -> int:
+    from parity.config.describe import list_configs
+
+    configs = list_configs()
+    if not configs:
+        raise ConfigError("no shipped configs: this installation has no configs/ folder")
+    width = max(len(name) for name, _ in configs)
+    for name, description in configs:
+        print(f"{name:<{width}}  {description}")
     return 0
 
 
