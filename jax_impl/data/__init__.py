@@ -1,4 +1,8 @@
-"""torch.utils.data without torch: datasets, samplers, collate, DataLoader and torch's RNG stream."""
+"""torch.utils.data without torch: datasets, samplers, collate and the DataLoader.
+
+``Generator``, ``default_generator``, ``manual_seed``, ``initial_seed`` and ``seed`` are
+:mod:`jax_impl.random`'s, re-exported here because torch's data code takes a generator.
+"""
 
 from jax_impl.data import datasets, transforms
 from jax_impl.data.collate import default_collate, default_convert
@@ -12,7 +16,6 @@ from jax_impl.data.dataset import (
     random_split,
 )
 from jax_impl.data.distributed import DistributedSampler
-from jax_impl.data.generator import Generator, default_generator, initial_seed, manual_seed, seed
 from jax_impl.data.sampler import (
     BatchSampler,
     RandomSampler,
@@ -21,6 +24,7 @@ from jax_impl.data.sampler import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
+from jax_impl.random import Generator, default_generator, initial_seed, manual_seed, seed
 
 __all__ = [
     "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler", "Generator",

@@ -1,7 +1,7 @@
 """``torch.utils.data`` datasets on numpy arrays, and ``random_split``.
 
 Mirrors ``torch/utils/data/dataset.py``; ``random_split`` draws its
-permutation from :class:`jax_impl.data.generator.Generator`, so the same seed
+permutation from :class:`jax_impl.random.Generator`, so the same seed
 gives the same subsets as torch.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from jax_impl.data import generator as _generator
-from jax_impl.data.generator import Generator
+from jax_impl import random as _random
+from jax_impl.random import Generator
 
 _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
@@ -182,7 +182,7 @@ class Subset(Dataset[_T_co]):
 def random_split(
     dataset: Dataset[_T],
     lengths: Sequence[int | float],
-    generator: Generator | None = _generator.default_generator,
+    generator: Generator | None = _random.default_generator,
 ) -> list[Subset[_T]]:
     """Split ``dataset`` into random non-overlapping subsets, as torch does.
 
@@ -217,7 +217,7 @@ def random_split(
         raise ValueError(
             "Sum of input lengths does not equal the length of the input dataset!"
         )
-    gen = generator if generator is not None else _generator.default_generator
+    gen = generator if generator is not None else _random.default_generator
     indices = gen.randperm(int(sum(lengths))).tolist()
     int_lengths = [int(n) for n in lengths]
     return [

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from jax_impl.data.dataset import Dataset, GatheredBatch
-from jax_impl.data.generator import Generator
+from jax_impl.random import Generator
 
 __all__ = [
     "ArrayDataset", "build_dataloader", "build_dataset", "digits", "digits_arrays", "split_indices", "synthetic",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sized
 
-from jax_impl.data.generator import Generator
+from jax_impl.random import Generator
 from jax_impl.data.sampler import Sampler
 
 

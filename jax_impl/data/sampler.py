@@ -1,7 +1,7 @@
 """``torch.utils.data`` samplers with torch's index streams, drawn without torch.
 
 Each sampler reproduces ``torch/utils/data/sampler.py`` line for line, with
-:class:`jax_impl.data.generator.Generator` in place of ``torch.Generator``,
+:class:`jax_impl.random.Generator` in place of ``torch.Generator``,
 so the same seed gives the same indices in the same order, epoch after epoch.
 """
 
@@ -13,8 +13,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from jax_impl.data import generator as _generator
-from jax_impl.data.generator import Generator
+from jax_impl import random as _random
+from jax_impl.random import Generator
 
 _T_co = TypeVar("_T_co", covariant=True)
 
@@ -48,7 +48,7 @@ class RandomSampler(Sampler[int]):
     Per ``__iter__`` (lazily, at the first ``next``):
 
     * ``generator is None``: ``seed = random64() % 2**63`` from the global
-      :data:`~jax_impl.data.generator.default_generator`, then a fresh
+      :data:`~jax_impl.random.default_generator`, then a fresh
       ``Generator().manual_seed(seed)``;
     * without replacement: ``num_samples // n`` full ``randperm(n)``, then one
       more ``randperm(n)`` sliced to ``num_samples % n``. That trailing
@@ -95,7 +95,7 @@ class RandomSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         n = len(self.data_source)
         if self.generator is None:
-            seed = _generator.default_generator.random_int64()
+            seed = _random.default_generator.random_int64()
             generator = Generator().manual_seed(seed)
         else:
             generator = self.generator
@@ -129,7 +129,7 @@ class SubsetRandomSampler(Sampler[int]):
         gen = (
             self.generator
             if self.generator is not None
-            else _generator.default_generator
+            else _random.default_generator
         )
         for i in gen.randperm(len(self.indices)).tolist():
             yield self.indices[i]
@@ -180,7 +180,7 @@ class WeightedRandomSampler(Sampler[int]):
         gen = (
             self.generator
             if self.generator is not None
-            else _generator.default_generator
+            else _random.default_generator
         )
         yield from gen.multinomial(
             self.weights, self.num_samples, self.replacement

@@ -4,9 +4,9 @@ Images are ``(C, H, W)`` float arrays after :class:`ToTensor`, as torchvision
 tensors are. The deterministic transforms compute what torchvision computes
 (``ToTensor`` divides uint8 by 255 in float32, ``Normalize`` subtracts the
 mean then divides by the std). The random ones draw from
-``jax_impl.data.default_generator`` (or a given :class:`Generator`) exactly
+``jax_impl.random.default_generator`` (or a given :class:`Generator`) exactly
 the numbers torchvision draws from torch's global generator, in the same
-order, so after ``torch.manual_seed(s)`` / ``jax_impl.data.manual_seed(s)``
+order, so after ``torch.manual_seed(s)`` / ``jax_impl.random.manual_seed(s)``
 the same images are flipped and cropped at the same offsets (also inside
 DataLoader workers, which both seed their generator with ``base_seed +
 worker_id``):
@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from jax_impl.data import generator as _generator
+from jax_impl import random as _random
 
 __all__ = ["Compose", "Lambda", "Normalize", "RandomCrop", "RandomHorizontalFlip", "ToTensor"]
 
 
 def _gen(generator):
-    return _generator.default_generator if generator is None else generator
+    return _random.default_generator if generator is None else generator
 
 
 class Compose:
@@ -122,7 +122,7 @@ class Normalize:
 class RandomHorizontalFlip:
     """Flip the last axis with probability ``p``: ``torch.rand(1) < p`` from the generator."""
 
-    def __init__(self, p: float = 0.5, *, generator: _generator.Generator | None = None) -> None:
+    def __init__(self, p: float = 0.5, *, generator: _random.Generator | None = None) -> None:
         self.p = p
         self.generator = generator
 
@@ -170,7 +170,7 @@ class RandomCrop:
     """Crop a random ``size`` window, after optional padding (``torchvision.transforms.RandomCrop``)."""
 
     def __init__(self, size, padding=None, pad_if_needed: bool = False, fill: float = 0,
-                 padding_mode: str = "constant", *, generator: _generator.Generator | None = None) -> None:
+                 padding_mode: str = "constant", *, generator: _random.Generator | None = None) -> None:
         if isinstance(size, numbers.Number):
             size = (int(size), int(size))
         elif len(size) == 1:

@@ -33,7 +33,7 @@ class LeNet(nn.Module):
       in_channels: 3 for 3x32x32 images, 1 for the 1x8x8 digits.
       image_size: input height = width (see :func:`lenet_geometry`).
       rngs: init keys; ``None`` draws torch's numbers from the global
-        generator (``jax_impl.data.manual_seed``), matching
+        generator (``jax_impl.random.manual_seed``), matching
         ``torch_ref.models.LeNet`` built after the same ``torch.manual_seed``.
     """
 

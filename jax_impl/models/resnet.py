@@ -149,7 +149,7 @@ class ResNet(nn.Module):
       num_classes: outputs of ``fc``.
       zero_init_residual: zero the last BatchNorm weight of each block.
       rngs: init keys; ``None`` draws from the global generator
-        (``jax_impl.data.manual_seed``).
+        (``jax_impl.random.manual_seed``).
     """
 
     def __init__(self, block, layers, num_classes: int = 1000, zero_init_residual: bool = False, *,

@@ -2,15 +2,16 @@
 
 Every function has torch's name, argument names and defaults, and reproduces
 the operation order of torch 2.13's CPU kernels (``aten/src/ATen/native/
-Loss.cpp``, ``LossNLL.cpp``, ``cpu/PointwiseOpsKernel.cpp``,
-``cpu/BinaryOpsKernel.cpp``; REFERENCE-nn-data.md A6). Where torch's backward
+Loss.cpp``, ``LossNLL.cpp``, ``SoftMax.cpp``, ``cpu/PointwiseOpsKernel.cpp``,
+``cpu/BinaryOpsKernel.cpp``). Where torch's backward
 is a hand-written kernel rather than autograd of the forward, a
 ``jax.custom_vjp`` reproduces that kernel's formula.
 
 Three XLA:CPU habits would otherwise change the roundings: it contracts
-``a * b + c`` into an FMA (:func:`_rounded` keeps a product's own rounding),
-it turns ``x / c`` into ``x * (1 / c)`` (:func:`_div_scalar` divides exactly,
-as torch's ``div``), and it reassociates products of broadcast scalars.
+``a * b + c`` into an FMA (:func:`jax_impl.kernels.rounded` keeps a
+product's own rounding), it turns ``x / c`` into ``x * (1 / c)``
+(:func:`_div_scalar` divides exactly, as torch's ``div``), and it
+reassociates products of broadcast scalars.
 
 Result (float32 and float64, under ``jax.jit``): mse, l1, smooth_l1 and huber
 are bit-identical to torch with ``reduction='none'``, and so are their
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_impl.optim._ops import TorchOps
+from jax_impl.kernels import div_scalar, rounded, runtime_zero_of
 
 Array = jax.Array
 
@@ -106,46 +107,20 @@ def _scalar(value: float, dtype) -> Array:
     return jnp.asarray(np.asarray(value, dtype=np.float64).astype(dtype))
 
 
-_INT_OF_WIDTH = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
-
-
-def _runtime_zero(x: Array) -> Array:
-    """An int32 zero that neither XLA nor LLVM can fold: ``count(isnan(x)) >> 31``."""
-    return lax.shift_right_arithmetic(jnp.sum(jnp.isnan(x), dtype=jnp.int32), jnp.int32(31))
-
-
-@jax.custom_jvp
-def _rounded(x: Array, zero: Array) -> Array:
-    """``x`` unchanged but opaque to FMA contraction.
-
-    torch's CPU kernels round every product before the next addition; XLA:CPU
-    contracts ``a * b + c`` into one FMA (REFERENCE-optim.md section 0). XOR-ing
-    the bits with a run-time zero keeps the product's own rounding (the trick of
-    ``jax_impl.optim._ops.TorchOps.rounded``).
-    """
-    itype = _INT_OF_WIDTH[jnp.dtype(x.dtype).itemsize]
-    bits = lax.bitcast_convert_type(x, itype)
-    return lax.bitcast_convert_type(bits ^ zero.astype(itype), x.dtype)
-
-
-# The identity's derivative: bitcasts alone would cut the gradient.
-_rounded.defjvp(lambda primals, tangents: (_rounded(*primals), tangents[0]))
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _div_scalar(a: Array, s: float) -> Array:
     """``a / s`` correctly rounded, as torch's CPU ``div`` by a scalar.
 
     XLA:CPU turns a division by a scalar into a product with its reciprocal
-    (1 ULP off for about a third of float32 quotients); ``TorchOps.div_scalar``
-    adds the Markstein correction. The backward is again ``g / s``, as in
-    torch's ``mean``/``div`` backward.
+    (1 ULP off for about a third of float32 quotients);
+    :func:`jax_impl.kernels.div_scalar` adds the Markstein correction. The
+    backward is again ``g / s``, as in torch's ``mean``/``div`` backward.
     """
     # The barrier keeps XLA from folding ``(a * (1 / s)) * s`` with a constant
     # ``s``; rounding ``a`` keeps it from merging an earlier scalar factor of
     # ``a`` with ``1 / s``.
-    a = _rounded(a, _runtime_zero(a))
-    quotient = TorchOps.div_scalar(a, lax.optimization_barrier(_scalar(s, a.dtype)))
+    a = rounded(a, runtime_zero_of(a))
+    quotient = div_scalar(a, lax.optimization_barrier(_scalar(s, a.dtype)))
     # The correction step turns an infinite quotient into inf - inf = NaN.
     return jnp.where(jnp.isfinite(a), quotient, a / _scalar(s, a.dtype))
 
@@ -189,7 +164,7 @@ def _log_softmax_fwd(x, dim):
 
 def _log_softmax_bwd(dim, out, g):
     # torch's log_softmax_backward_data: gI = gO - exp(out) * sum(gO).
-    return (g - _rounded(jnp.exp(out) * jnp.sum(g, axis=dim, keepdims=True), _runtime_zero(out)),)
+    return (g - rounded(jnp.exp(out) * jnp.sum(g, axis=dim, keepdims=True), runtime_zero_of(out)),)
 
 
 _log_softmax.defvjp(_log_softmax_fwd, _log_softmax_bwd)
@@ -211,7 +186,7 @@ def _softmax_bwd(dim, out, g):
     # torch's softmax_backward_data: gI = out * (gO - sum(gO * out)).
     # Products rounded before the sum: a contracted FMA accumulation changes
     # the sum, and g - sum cancels when the softmax is peaked.
-    return (out * (g - jnp.sum(_rounded(g * out, _runtime_zero(out)), axis=dim, keepdims=True)),)
+    return (out * (g - jnp.sum(rounded(g * out, runtime_zero_of(out)), axis=dim, keepdims=True)),)
 
 
 _softmax.defvjp(_softmax_fwd, _softmax_bwd)
@@ -418,13 +393,13 @@ def _cross_entropy_prob(logp, target, weight, reduction, eps, class_dim):
     n_classes = logp.shape[class_dim]
     weight = _check_weight(weight, n_classes, logp.dtype)
     if eps > 0.0:
-        target = _rounded(target * _scalar(1 - eps, logp.dtype), _runtime_zero(target)) + _scalar(
+        target = rounded(target * _scalar(1 - eps, logp.dtype), runtime_zero_of(target)) + _scalar(
             eps / n_classes, logp.dtype
         )
-    zero = _runtime_zero(logp)
-    prod = _rounded(logp * target, zero)
+    zero = runtime_zero_of(logp)
+    prod = rounded(logp * target, zero)
     if weight is not None:
-        prod = _rounded(prod * _class_broadcast(weight, logp.ndim, class_dim), zero)
+        prod = rounded(prod * _class_broadcast(weight, logp.ndim, class_dim), zero)
     if reduction == "none":
         return -jnp.sum(prod, axis=class_dim)
     total = -jnp.sum(prod)
@@ -456,8 +431,8 @@ def _cross_entropy_smoothed(logp, target, weight, reduction, ignore_index, eps, 
         ret = jnp.sum(smooth)
     else:
         ret = smooth
-    zero = _runtime_zero(logp)
-    return _rounded(_scalar(1 - eps, logp.dtype) * nll, zero) + _rounded(
+    zero = runtime_zero_of(logp)
+    return rounded(_scalar(1 - eps, logp.dtype) * nll, zero) + rounded(
         ret * _scalar(eps / n_classes, logp.dtype), zero
     )
 
@@ -469,9 +444,9 @@ def _bce_elem(p: Array, t: Array) -> Array:
     # Loss.cpp binary_cross_entropy_out_cpu: log1p(-p) (not log(1 - p)), both logs clamped at -100.
     one = jnp.ones((), p.dtype)
     lo = jnp.asarray(-100, p.dtype)
-    zero = _runtime_zero(p)
-    first = _rounded((t - one) * jnp.maximum(jnp.log1p(-p), lo), zero)
-    return first - _rounded(t * jnp.maximum(jnp.log(p), lo), zero)
+    zero = runtime_zero_of(p)
+    first = rounded((t - one) * jnp.maximum(jnp.log1p(-p), lo), zero)
+    return first - rounded(t * jnp.maximum(jnp.log(p), lo), zero)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -592,27 +567,27 @@ def binary_cross_entropy_with_logits(
 def _bce_logits_elem(x, t, pw):
     # Loss.cpp: (1 - t) * x - log_sigmoid(x) * ((pos_weight - 1) * t + 1), each op rounded.
     one = jnp.ones((), x.dtype)
-    zero = _runtime_zero(x)
+    zero = runtime_zero_of(x)
     log_sig = _log_sigmoid(x)
     if pw is not None:
-        log_sig = _rounded(log_sig * (_rounded((pw - one) * t, zero) + one), zero)
-    return _rounded((one - t) * x, zero) - log_sig
+        log_sig = rounded(log_sig * (rounded((pw - one) * t, zero) + one), zero)
+    return rounded((one - t) * x, zero) - log_sig
 
 
 def _bce_logits_grads(x, t, w, pw, reduction, g):
     """torch's binary_cross_entropy_with_logits_backward and _target_backward (FunctionsManual.cpp)."""
     one = jnp.ones((), x.dtype)
-    zero = _runtime_zero(x)
+    zero = runtime_zero_of(x)
     sig = one / (one + jnp.exp(-x))
     if pw is None:
         gx = (sig - t) * g
         gt = -x * g
     else:
-        tp = _rounded(pw * t, zero)
-        gx = (_rounded((tp + one - t) * sig, zero) - tp) * g
-        gt = (_log_sigmoid(-x) - _rounded(_log_sigmoid(x) * pw, zero)) * g
+        tp = rounded(pw * t, zero)
+        gx = (rounded((tp + one - t) * sig, zero) - tp) * g
+        gt = (_log_sigmoid(-x) - rounded(_log_sigmoid(x) * pw, zero)) * g
     # g is a broadcast scalar for mean/sum: keep XLA from merging it with w.
-    gx, gt = _rounded(gx, zero), _rounded(gt, zero)
+    gx, gt = rounded(gx, zero), rounded(gt, zero)
     # torch marks weight and pos_weight non-differentiable; these are the true derivatives.
     gw = _bce_logits_elem(x, t, pw) * g
     gpw = None if pw is None else -t * _log_sigmoid(x) * g * w
@@ -667,7 +642,7 @@ def _pointwise_loss(elem, slope):
         x, t = res
         scale, q = slope(x - t, param)
         norm = scale / x.size if reduction == "mean" else scale
-        gx = _rounded(_scalar(norm, x.dtype) * q, _runtime_zero(x)) * g
+        gx = rounded(_scalar(norm, x.dtype) * q, runtime_zero_of(x)) * g
         return gx, -gx
 
     loss.defvjp(fwd, bwd)
@@ -687,7 +662,7 @@ def _smooth_l1_elem(d, beta):
     b = _scalar(beta, d.dtype)
     half = _scalar(0.5, d.dtype)
     # cpu/BinaryOpsKernel.cpp smooth_l1_kernel
-    return jnp.where(z < b, _div_scalar(half * z * z, beta), z - _rounded(half * b, _runtime_zero(d)))
+    return jnp.where(z < b, _div_scalar(half * z * z, beta), z - rounded(half * b, runtime_zero_of(d)))
 
 
 def _smooth_l1_slope(d, beta):
@@ -701,7 +676,7 @@ def _huber_elem(d, delta):
     dl = _scalar(delta, d.dtype)
     half = _scalar(0.5, d.dtype)
     # cpu/BinaryOpsKernel.cpp huber_kernel
-    return jnp.where(z < dl, half * z * z, dl * (z - _rounded(half * dl, _runtime_zero(d))))
+    return jnp.where(z < dl, half * z * z, dl * (z - rounded(half * dl, runtime_zero_of(d))))
 
 
 def _huber_slope(d, delta):

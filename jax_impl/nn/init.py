@@ -5,11 +5,11 @@ and draws from the *same distribution* as its torch namesake (same bounds,
 std, fan mode and gain; same validation messages).
 
 ``key`` is a jax PRNG key (same distribution, other bits), or a
-:class:`jax_impl.data.Generator` / ``None`` (torch's global generator,
-``jax_impl.data.default_generator``): then the uniform-based initialisers
+:class:`jax_impl.random.Generator` / ``None`` (torch's global generator,
+``jax_impl.random.default_generator``): then the uniform-based initialisers
 (``uniform_``, ``xavier_uniform_``, ``kaiming_uniform_`` and the layers'
 defaults) draw **the same numbers as torch on CPU**, so after
-``torch.manual_seed(s)`` and ``jax_impl.data.manual_seed(s)`` the same layers
+``torch.manual_seed(s)`` and ``jax_impl.random.manual_seed(s)`` the same layers
 built in the same order hold identical weights. torch's CPU ``uniform_``
 (``aten/src/ATen/core/TransformationHelper.h`` ``uniform_real``) is, per
 element in row-major order,
@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl.data.generator import Generator, default_generator
+from jax_impl.random import Generator, default_generator
 
 __all__ = [
     "calculate_gain",

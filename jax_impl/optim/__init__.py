@@ -7,7 +7,7 @@ same name (lower-cased), with torch's defaults, and returns an
 """
 
 from jax_impl.optim._base import TorchTransformation, host_schedule, is_host_schedule
-from jax_impl.optim._ops import get_sqrt_mode, get_sqrt_table, set_sqrt_mode, set_sqrt_table, torch_sqrt
+from jax_impl.optim._sqrt import get_sqrt_mode, get_sqrt_table, set_sqrt_mode, set_sqrt_table, torch_sqrt
 from jax_impl.optim.adadelta import AdadeltaState, adadelta
 from jax_impl.optim.adagrad import AdagradState, adagrad
 from jax_impl.optim.adam import AdamState, adam, adamw

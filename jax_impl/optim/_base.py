@@ -17,7 +17,7 @@ kernels per parameter. :func:`torch_optimizer` assembles both halves into an
   current count) and any float32 scalar state torch keeps as tensors (NAdam's
   ``mu_product``, ASGD's ``eta`` and ``mu``).
 - ``update_leaf(ops, c, step, grad, param, *state)`` is one parameter's
-  kernel sequence, written with :class:`~jax_impl.optim._ops.TorchOps`. It
+  kernel sequence, written with :class:`~jax_impl.kernels.TorchOps`. It
   returns the new parameter (computed in place, as torch does) and the new
   per-parameter state. The whole tree's step is compiled with ``jax.jit`` so
   that the rounding emulation holds with and without an outer ``jit``.
@@ -42,7 +42,8 @@ import numpy as np
 import optax
 from jax import lax
 
-from jax_impl.optim._ops import TorchOps, get_sqrt_mode, get_sqrt_table, runtime_zero
+from jax_impl.kernels import TorchOps, runtime_zero
+from jax_impl.optim._sqrt import get_sqrt_mode, get_sqrt_table, torch_sqrt
 
 __all__ = [
     "Hyperparameter",
@@ -220,6 +221,9 @@ def torch_optimizer(
     sqrt_mode = get_sqrt_mode()  # fixed when the optimizer is built
     sqrt_table = get_sqrt_table() if sqrt_mode == "table" else None
 
+    def sqrt(x: jax.Array) -> jax.Array:
+        return torch_sqrt(x, sqrt_mode, sqrt_table)
+
     def init(params: Any) -> Any:
         treedef = jax.tree.structure(params)
         per_leaf = treedef.flatten_up_to(jax.tree.map(lambda p: tuple(init_leaf(jnp.asarray(p))), params))
@@ -229,7 +233,7 @@ def torch_optimizer(
 
     @jax.jit
     def kernel(grads, params, leaf_states, vector, count):
-        ops = TorchOps(runtime_zero(count), sqrt_mode, sqrt_table)
+        ops = TorchOps(runtime_zero(count), sqrt)
         step = count + 1
 
         def one(g, p, *s):

@@ -1,7 +1,7 @@
 """Kernel fragments several torch optimizers share, in torch's operation order.
 
 Each is one step of torch's single-tensor loop, written with
-:class:`~jax_impl.optim._ops.TorchOps`; the optimizers are short sequences of
+:class:`~jax_impl.kernels.TorchOps`; the optimizers are short sequences of
 them (the optax habit: small named transforms, composed).
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from jax_impl.optim._ops import TorchOps
+from jax_impl.kernels import TorchOps
 from jax_impl.optim._validation import check_beta, check_non_negative
 
 __all__ = [

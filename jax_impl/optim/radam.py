@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
-from jax_impl.optim._ops import lerp_branch_of_one_minus
+from jax_impl.kernels import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
 

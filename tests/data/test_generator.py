@@ -1,4 +1,4 @@
-"""jax_impl.data.generator against torch.Generator (CPU), run side by side."""
+"""jax_impl.random against torch.Generator (CPU), run side by side."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jax_impl.data import _torch_rng
-from jax_impl.data import generator as G
-from jax_impl.data.generator import Generator, _randperm_uses_random64
+import jax_impl.data
+import jax_impl.data.generator
+from jax_impl import random as G
+from jax_impl.random import Generator, _torch_rng
+from jax_impl.random.generator import _randperm_uses_random64
 
 # Seeds torch accepts: negatives (two's complement), > 2**32 (only the low 32
 # bits seed MT19937), and the edges.
@@ -269,3 +271,12 @@ def test_global_generator_matches_torch(seed: int) -> None:
             G.default_generator.randperm(99), torch.randperm(99)
         )
         np.testing.assert_array_equal(G.get_rng_state(), torch.get_rng_state().numpy())
+
+
+def test_old_paths_name_the_same_generator() -> None:
+    """``jax_impl.data`` and ``jax_impl.data.generator`` re-export ``jax_impl.random``'s objects, not copies."""
+    for module in (jax_impl.data, jax_impl.data.generator):
+        assert module.Generator is G.Generator
+        assert module.default_generator is G.default_generator
+        assert module.manual_seed is G.manual_seed
+    assert jax_impl.data.generator.get_rng_state is G.get_rng_state

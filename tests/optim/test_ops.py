@@ -1,4 +1,4 @@
-"""``jax_impl.optim._ops.TorchOps``: each primitive against the torch kernel it spells, under jax.jit."""
+"""``jax_impl.kernels.TorchOps``: each primitive against the torch kernel it spells, under jax.jit."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from jax_impl.optim._ops import TorchOps, runtime_zero
+from jax_impl.kernels import TorchOps, runtime_zero
+from jax_impl.optim import torch_sqrt
 from tests.optim import _harness as H
 
 N = 1 << 18
@@ -25,7 +26,7 @@ def random_arrays(dtype, rng):
 
 def jax_results(count, a, b, t1, t2, scalars, sqrt_mode):
     """Every primitive in one compiled function, as inside an optimizer kernel."""
-    ops = TorchOps(runtime_zero(count), sqrt_mode)
+    ops = TorchOps(runtime_zero(count), lambda x: torch_sqrt(x, sqrt_mode))
     c = {k: v.astype(a.dtype) for k, v in scalars.items()}
     out = {
         "add": ops.add(a, b, alpha=c["alpha"]),
@@ -97,7 +98,8 @@ def test_sqrt_modes(dtype, np_rng):
     torch's own float32 values on [1, 4) (any other CPU, e.g. AMD: 17% of them differ from IEEE there)."""
     x = np.abs(np_rng.standard_normal(N) * 10.0 ** np_rng.uniform(-30, 30, N)).astype(dtype)
     with H.numerics(dtype):
-        sqrt = jax.jit(lambda count, x, mode: TorchOps(runtime_zero(count), mode).sqrt(x), static_argnums=2)
+        sqrt = jax.jit(lambda count, x, mode: TorchOps(runtime_zero(count), lambda y: torch_sqrt(y, mode)).sqrt(x),
+                       static_argnums=2)
         ieee = np.asarray(sqrt(jnp.int32(0), jnp.asarray(x), "ieee"))
         mkl = np.asarray(sqrt(jnp.int32(0), jnp.asarray(x), "mkl-avx512"))
         kind = H.torch_sqrt_kind()
@@ -113,7 +115,7 @@ def test_sqrt_modes(dtype, np_rng):
 
 
 def test_lerp_branch_is_atens_choice_or_none():
-    from jax_impl.optim._ops import lerp_branch
+    from jax_impl.kernels import lerp_branch
 
     assert lerp_branch(0.1) is True and lerp_branch(0.5) is False and lerp_branch(-0.7) is False
     assert lerp_branch(lambda k: 0.1) is None and lerp_branch(None) is None

@@ -13,14 +13,13 @@ from flax import nnx
 
 from jax_impl.nn import _functional_activation as F
 from jax_impl.nn.modules.module import Module
+from jax_impl.random import default_generator
 
 __all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
 
 
 def _default_rngs() -> nnx.Rngs:
-    # Reproducible from jax_impl.data.manual_seed: one random64() draw of the global generator.
-    from jax_impl.data.generator import default_generator
-
+    # Reproducible from jax_impl.random.manual_seed: one random64() draw of the global generator.
     return nnx.Rngs(dropout=int(default_generator.random_u64(1)[0]) & (2**63 - 1))
 
 
@@ -29,7 +28,7 @@ class _DropoutNd(Module):
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, rngs: nnx.Rngs | None = None) -> None:
         """Args: ``p`` the drop probability, ``inplace`` ignored, ``rngs`` with a ``'dropout'`` (or
-        ``'default'``) stream; ``None`` seeds one from the global generator (``jax_impl.data.manual_seed``)."""
+        ``'default'``) stream; ``None`` seeds one from the global generator (``jax_impl.random.manual_seed``)."""
         if p < 0 or p > 1:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p

@@ -37,7 +37,7 @@ class Linear(Module):
       device: only ``None`` / ``"cpu"`` (jax places arrays itself).
       dtype: parameter dtype (default float32).
       rngs: ``nnx.Rngs`` for the init; ``None`` draws from torch's global
-        generator stream (``jax_impl.data.manual_seed``), so the weights equal
+        generator stream (``jax_impl.random.manual_seed``), so the weights equal
         torch's after the same seed.
     """
 

@@ -4,7 +4,7 @@ torch's CPU generator (``aten/src/ATen/core/MT19937RNGEngine.h``) is the
 reference MT19937 with ``init_genrand`` seeding, so numpy's ``MT19937`` bit
 generator produces the same 32-bit words once its ``key``/``pos`` are set
 from torch's fields. This module holds the pieces the public
-:class:`jax_impl.data.generator.Generator` is built from:
+:class:`jax_impl.random.Generator` is built from:
 
 * the byte layout of ``CPUGeneratorImplState`` (``aten/src/ATen/CPUGeneratorImpl.cpp``)
   so states move between torch and us;

@@ -1,0 +1,29 @@
+"""torch's CPU random number generator without torch: ``torch.Generator`` and ``torch.random``.
+
+The base layer under ``jax_impl.nn``, ``jax_impl.data`` and ``jax_impl.optim``:
+layer initialisers, samplers, random transforms and dropout seeds all draw
+from these generators, so after ``torch.manual_seed(s)`` and
+``jax_impl.random.manual_seed(s)`` both frameworks see the same numbers.
+
+- :class:`Generator` reproduces a CPU ``torch.Generator`` (MT19937) draw for
+  draw, state bytes included;
+- :data:`default_generator`, :func:`manual_seed`, :func:`initial_seed`,
+  :func:`seed`, :func:`get_rng_state`, :func:`set_rng_state` mirror
+  ``torch.default_generator`` and the functions of ``torch/random.py``.
+"""
+
+from jax_impl.random.generator import (
+    DEFAULT_SEED,
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    seed,
+    set_rng_state,
+)
+
+__all__ = [
+    "DEFAULT_SEED", "Generator", "default_generator", "get_rng_state", "initial_seed", "manual_seed", "seed",
+    "set_rng_state",
+]

@@ -1,0 +1,284 @@
+"""``torch.Generator`` (CPU) reproduced in numpy, bit for bit, without torch.
+
+torch's CPU generator is an MT19937 engine (``aten/src/ATen/CPUGeneratorImpl.cpp``,
+``aten/src/ATen/core/MT19937RNGEngine.h``):
+
+* ``random()`` is one 32-bit engine output; ``random64()`` is
+  ``(random() << 32) | random()`` (first draw in the high word);
+* ``manual_seed(s)`` keeps the 64-bit ``s`` for ``initial_seed()`` but seeds
+  MT19937 with ``init_genrand(s & 0xffffffff)``; negative Python ints map to
+  ``2**64 + s``;
+* a fresh ``torch.Generator()`` has seed 67280421310721.
+
+Every draw method below names the torch kernel it reproduces. States are the
+5056 bytes of ``CPUGeneratorImplState``, so ``Generator.get_state()`` can be
+handed to ``torch.Generator.set_state(torch.from_numpy(...))`` and back.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+import numpy as np
+
+from jax_impl.random import _torch_rng as _rng
+
+DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val
+_UINT64 = 2**64
+_RANDINT_RANDOM64_RANGE = 2**28  # DistributionsHelper.h: range_ >= 1ULL << 28
+
+
+def _shape(size: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(size, (int, np.integer)):
+        return (int(size),)
+    return tuple(int(s) for s in size)
+
+
+def _randperm_uses_random64(n: int) -> bool:
+    """Whether ``torch.randperm(n)`` on CPU takes its ``random64`` branch.
+
+    ``randperm_cpu`` (``aten/src/ATen/native/TensorFactories.cpp``) keeps the
+    old swap loop "for small n": ``n < (2**32 - 1) // 20 == 214,748,364``.
+    """
+    return n >= _rng.RANDPERM_RANDOM64_THRESHOLD
+
+
+class Generator:
+    """A CPU ``torch.Generator`` whose every draw matches torch's.
+
+    Args:
+        seed: if given, ``manual_seed(seed)`` is applied; otherwise the
+            generator starts from torch's default seed 67280421310721, like
+            ``torch.Generator()``.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._engine = _rng.Engine(DEFAULT_SEED)
+        self._normal_double: float | None = None
+        self._normal_float: float | None = None
+        if seed is not None:
+            self.manual_seed(seed)
+
+    # -- seeding -----------------------------------------------------------
+    def manual_seed(self, seed: int) -> Generator:
+        """Seed like ``torch.Generator.manual_seed``; returns ``self``.
+
+        Accepts ints in ``[-2**63, 2**64 - 1]``; negatives become ``2**64 + seed``.
+        Floats and bools are rejected, as torch does.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise RuntimeError(  # noqa: TRY004 - torch raises RuntimeError
+                f"manual_seed expected a long, but got {type(seed).__name__}"
+            )
+        seed = int(seed)
+        if not -(2**63) <= seed < _UINT64:
+            raise ValueError("Overflow when unpacking long long")
+        self._set_seed(seed % _UINT64)
+        return self
+
+    def _set_seed(self, seed: int) -> None:
+        # CPUGeneratorImpl::set_current_seed also drops the cached normals.
+        self._engine.reseed(seed)
+        self._normal_double = None
+        self._normal_float = None
+
+    def initial_seed(self) -> int:
+        """The 64-bit seed last set (``torch.Generator.initial_seed``)."""
+        return self._engine.seed
+
+    def seed(self) -> int:
+        """Reseed non-deterministically and return the new seed.
+
+        torch draws it from ``c10::detail::getNonDeterministicRandom`` (53
+        random bits on CPU); the value itself is not reproducible by design.
+        """
+        new = secrets.randbits(53)
+        self._set_seed(new)
+        return new
+
+    # -- state bytes -------------------------------------------------------
+    def get_state(self) -> np.ndarray:
+        """``CPUGeneratorImpl::get_state`` as a uint8 array of 5056 bytes.
+
+        Same bytes as ``torch.Generator.get_state().numpy()``: initial seed,
+        ``left``, ``seeded``, ``next``, the 624 words widened to uint64, the
+        cached double normal in ``normal_y`` (``normal_x``/``normal_rho`` are
+        written as 0), then the cached float normal and its flag.
+        """
+        key, left, nxt = self._engine.fields()
+        st = np.zeros((), dtype=_rng.STATE_DTYPE)
+        st["the_initial_seed"] = self._engine.seed
+        st["left"] = left
+        st["seeded"] = 1
+        st["next"] = nxt
+        st["state"] = key.astype(np.uint64)
+        if self._normal_double is not None:
+            st["normal_is_valid"] = 1
+            st["normal_y"] = self._normal_double
+        if self._normal_float is not None:
+            st["is_next_float_normal_sample_valid"] = 1
+            st["next_float_normal_sample"] = self._normal_float
+        return np.frombuffer(st.tobytes(), dtype=np.uint8).copy()
+
+    def set_state(self, new_state: np.ndarray | bytes) -> Generator:
+        """``CPUGeneratorImpl::set_state`` from 5056 bytes (numpy, bytes or a tensor).
+
+        Raises ``RuntimeError`` with torch's messages on a wrong size or an
+        invalid MT19937 state (``seeded``, ``0 < left <= 624``, ``next <= 624``).
+        """
+        raw = np.asarray(new_state, dtype=np.uint8).reshape(-1)
+        if raw.size != _rng.STATE_SIZE:
+            raise RuntimeError(
+                f"Expected a CPUGeneratorImplState of size {_rng.STATE_SIZE} "
+                f"but found the input RNG state size to be {raw.size}"
+            )
+        st = np.frombuffer(raw.tobytes(), dtype=_rng.STATE_DTYPE)[0]
+        left = int(st["left"])
+        nxt = int(st["next"]) & 0xFFFFFFFF  # stored from a uint32_t
+        # the engine keeps ``bool seeded_``: any non-zero low byte is true.
+        seeded = int(st["seeded"]) & 0xFF
+        if not (
+            seeded
+            and 0 < left <= _rng.MERSENNE_STATE_N
+            and nxt <= _rng.MERSENNE_STATE_N
+        ):
+            raise RuntimeError("Invalid mt19937 state")
+        # std::copy of the uint64 words into the engine's uint32 array truncates.
+        key = st["state"].astype(np.uint32)
+        self._engine.set_fields(int(st["the_initial_seed"]), key, left, nxt)
+        self._normal_double = float(st["normal_y"]) if st["normal_is_valid"] else None
+        self._normal_float = (
+            float(st["next_float_normal_sample"])
+            if st["is_next_float_normal_sample_valid"]
+            else None
+        )
+        return self
+
+    # -- raw draws ---------------------------------------------------------
+    def random_u32(self, n: int) -> np.ndarray:
+        """``n`` calls of ``CPUGeneratorImpl::random()`` (uint32)."""
+        return self._engine.raw(int(n))
+
+    def random_u64(self, n: int) -> np.ndarray:
+        """``n`` calls of ``random64()`` = ``(first << 32) | second`` (uint64)."""
+        return self._engine.raw64(int(n))
+
+    def random_int64(self) -> int:
+        """``torch.empty((), dtype=torch.int64).random_(generator=g).item()``.
+
+        ``random_`` without bounds on int64 is ``random64() % 2**63``
+        (``DistributionsHelper.h``/``DistributionTemplates.h`` ``random_kernel``).
+        This is how ``RandomSampler`` and ``DataLoader`` draw seeds.
+        """
+        return int(self._engine.raw64(1)[0]) % 2**63
+
+    # -- distributions -----------------------------------------------------
+    def randint(
+        self, low: int, high: int | None = None, size: int | Sequence[int] = ()
+    ) -> np.ndarray:
+        """``torch.randint(low, high, size, generator=g)`` (int64, CPU).
+
+        ``uniform_int_from_to_distribution`` (``ATen/core/DistributionsHelper.h``):
+        ``range = high - low``; each element is ``random() % range + low`` if
+        ``range < 2**28`` else ``random64() % range + low`` (open-source
+        builds switch at ``1 << 28``, "approx 5% skew"; only fbcode builds use
+        ``1 << 32``), drawn serially in C order (``cpu_serial_kernel``).
+        ``randint(high, size=...)`` is accepted as in torch (``low = 0``).
+        """
+        if high is None:
+            low, high = 0, low
+        low, high = int(low), int(high)
+        if high <= low:
+            raise RuntimeError(
+                f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
+            )
+        shape = _shape(size)
+        count = int(np.prod(shape, dtype=np.int64))
+        span = high - low
+        if span < _RANDINT_RANDOM64_RANGE:
+            draws = self._engine.raw(count).astype(np.int64) % span
+        else:
+            draws = (self._engine.raw64(count) % np.uint64(span)).astype(np.int64)
+        return (draws + low).reshape(shape)
+
+    def rand(self, size: int | Sequence[int]) -> np.ndarray:
+        """``torch.rand(size, generator=g)`` in float32.
+
+        ``uniform_real_distribution<float>``: one ``random()`` per element,
+        ``(r & (2**24 - 1)) * 2**-24`` (``transformation::uniform_real``).
+        """
+        shape = _shape(size)
+        count = int(np.prod(shape, dtype=np.int64))
+        bits = self._engine.raw(count) & np.uint32(2**24 - 1)
+        return (bits.astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
+
+    def randperm(self, n: int) -> np.ndarray:
+        """``torch.randperm(n, generator=g)`` on CPU (int64), bit-exact.
+
+        ``randperm_cpu`` (``TensorFactories.cpp``):
+
+        * ``n < 214,748,364``: ``r = arange(n)``; for ``i < n-1``:
+          ``z = random() % (n-i)``; ``swap(r[i], r[i+z])``;
+        * otherwise (inside-out Fisher-Yates): for ``i < n``:
+          ``z = random64() % (i+1)``; ``r[i] = r[z]``; ``r[z] = i``.
+
+        The draws are vectorised and the sequential loop is replaced by an
+        equivalent sort + pointer-jumping computation (see ``_torch_rng``).
+        """
+        n = int(n)
+        if n < 0:
+            raise RuntimeError(
+                f"Trying to create tensor with negative dimension {n}: [{n}]"
+            )
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        if not _randperm_uses_random64(n):
+            raw = self._engine.raw(n - 1)
+            z = raw % np.arange(n, 1, -1, dtype=np.uint32)
+            return _rng.randperm_swap(z, n)
+        raw = self._engine.raw64(n)
+        z = raw % np.arange(1, n + 1, dtype=np.uint64)
+        return _rng.randperm_inside_out(z, n)
+
+    def multinomial(
+        self, weights: np.ndarray, num_samples: int, replacement: bool = False
+    ) -> np.ndarray:
+        """``torch.multinomial(weights, num_samples, replacement, generator=g)`` (1-D).
+
+        See :func:`jax_impl.random._torch_rng.multinomial` for the algorithm.
+        Exact with replacement; without replacement exact except that ties
+        in ``w / q`` may be ordered differently from torch's ``topk``.
+        """
+        return _rng.multinomial(
+            self._engine, weights, int(num_samples), bool(replacement)
+        )
+
+
+default_generator = Generator(secrets.randbits(53))
+"""Module-level generator mirroring ``torch.default_generator``."""
+
+
+def manual_seed(seed: int) -> Generator:
+    """``torch.manual_seed``: ``int(seed)`` then seed :data:`default_generator`."""
+    return default_generator.manual_seed(int(seed))
+
+
+def initial_seed() -> int:
+    """``torch.initial_seed``: the default generator's seed."""
+    return default_generator.initial_seed()
+
+
+def seed() -> int:
+    """``torch.seed``: reseed the default generator non-deterministically."""
+    return default_generator.seed()
+
+
+def get_rng_state() -> np.ndarray:
+    """``torch.get_rng_state().numpy()`` for :data:`default_generator`."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state: np.ndarray | bytes) -> None:
+    """``torch.set_rng_state`` for :data:`default_generator`."""
+    default_generator.set_state(new_state)
