@@ -9,7 +9,7 @@ and exactly that class's keyword arguments, with torch's defaults::
     data: {dataset: digits, batch_size: 64, shuffle: true}
     optimizer: {name: SGD, lr: 0.05, momentum: 0.9}
     scheduler: {name: StepLR, step_size: 2, gamma: 0.5, interval: epoch}
-    train: {epochs: 3, seed: 0, dtype: float32, loss: {name: CrossEntropyLoss}}
+    train: {epochs: 3, seed: 0, dtype: float32, checkpoint: every, loss: {name: CrossEntropyLoss}}
     parallel: {world_size: 2, backend: auto, sync_bn: false, jax_mode: pmap}
 """
 
@@ -178,12 +178,18 @@ class ToleranceConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """The training loop both frameworks run."""
+    """The training loop both frameworks run.
+
+    ``checkpoint`` says when the run folder's ``checkpoint.pt`` (what
+    ``parity run --resume`` continues from) is written: ``"every"`` after each
+    epoch, ``"last"`` only after the final epoch, ``"none"`` never.
+    """
 
     epochs: int = 3
     seed: int = 0
     dtype: Literal["float32", "float64"] = "float32"
     max_steps: int | None = None
+    checkpoint: Literal["every", "last", "none"] = "every"
     loss: LossConfig = dataclasses.field(default_factory=lambda: LossConfig("CrossEntropyLoss"))
     tolerance: ToleranceConfig = dataclasses.field(default_factory=ToleranceConfig)
 

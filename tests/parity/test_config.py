@@ -195,3 +195,16 @@ def test_shipped_configs_validate():
     assert files
     for file in files:
         load_config(file)
+
+
+@pytest.mark.parametrize("value", ["every", "last", "none"])
+def test_train_checkpoint_choices(value):
+    assert config_from_dict(MINIMAL).train.checkpoint == "every"  # a checkpoint after each epoch
+    config = config_from_dict({**MINIMAL, "train": {"checkpoint": value}})
+    assert config.train.checkpoint == value and config.to_dict()["train"]["checkpoint"] == value
+
+
+@pytest.mark.parametrize("value, got", [("al", "str ('al')"), (False, "bool (False)"), (None, "NoneType (None)")])
+def test_train_checkpoint_rejects_others(value, got):
+    assert error_of({**MINIMAL, "train": {"checkpoint": value}}) == (
+        f"train.checkpoint: expected 'every' | 'last' | 'none', got {got}")
