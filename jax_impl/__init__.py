@@ -1,8 +1,13 @@
 """torch's training semantics reimplemented on jax, flax.nnx and optax.
 
 Names mirror torch's namespaces (``jax_impl.optim``, ``jax_impl.nn``,
-``jax_impl.data``, ``jax_impl.parallel``, ``jax_impl.models``). This package
-never imports torch: it works where torch is not installed.
+``jax_impl.data``, ``jax_impl.parallel``, ``jax_impl.models``). Under them
+sits a base layer the three siblings share: ``jax_impl.random`` (torch's
+generator) and ``jax_impl.kernels`` (torch's elementwise roundings). This
+package never imports torch: it works where torch is not installed.
+Importing it does not import jax either: ``torch_ref`` uses its
+pure-Python pieces (LeNet's geometry, the digits arrays, the process
+launcher) in processes where jax never starts.
 """
 
 from jax_impl._xla_cpu import configure_cpu as _configure_cpu

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import functools
 import glob
+import importlib.util
 import mmap
 import os
+import sys
 import warnings
 
 __all__ = ["YNN_FLAG", "configure_cpu", "ynn_convolutions_disabled"]
@@ -35,25 +37,24 @@ YNN_FLAG = f"--{_FLAG_NAME}=-individual_convolution"
 
 @functools.cache
 def _jaxlib_knows_flag() -> bool:
-    try:
-        import jaxlib
-    except ImportError:  # pragma: no cover - jax always brings jaxlib
+    # find_spec locates jaxlib without importing it: importing jax_impl must not start jax.
+    spec = importlib.util.find_spec("jaxlib")
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - jax always brings jaxlib
         return False
     needle = _FLAG_NAME.encode()
-    for path in glob.glob(os.path.join(os.path.dirname(jaxlib.__file__), "*.so")):
-        if os.path.getsize(path) < 1 << 20:
-            continue
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            if data.find(needle) >= 0:
-                return True
+    for directory in spec.submodule_search_locations:
+        for path in glob.glob(os.path.join(directory, "*.so")):
+            if os.path.getsize(path) < 1 << 20:
+                continue
+            with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                if data.find(needle) >= 0:
+                    return True
     return False
 
 
 def _backend_started() -> bool:
-    try:
-        from jax._src import xla_bridge
-    except ImportError:  # pragma: no cover
-        return False
+    # Only a process that imported jax can have started its backend; looking keeps jax unimported.
+    xla_bridge = sys.modules.get("jax._src.xla_bridge")
     return bool(getattr(xla_bridge, "_backends", None))
 
 

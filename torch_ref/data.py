@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
+from jax_impl.data.datasets import digits_arrays  # NumPy only: the same arrays on both sides, without jax
+
 __all__ = [
     "Compose", "Normalize", "RandomCrop", "RandomHorizontalFlip", "ToTensor", "TransformedDataset",
     "build_dataloader", "digits", "synthetic",
@@ -176,8 +178,6 @@ def digits(train: bool | None = True, transform=None, target_transform=None, val
     The arrays are ``jax_impl.data.datasets.digits_arrays``'s (the same NumPy
     loading and standardisation); the split is drawn by torch itself.
     """
-    from jax_impl.data.datasets import digits_arrays
-
     images, labels = (torch.from_numpy(a) for a in digits_arrays(normalize))
     if train is not None:
         idx = _split(len(images), val_fraction, split_seed)[0 if train else 1]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from jax_impl.models.lenet import lenet_geometry  # one geometry for both sides (pure Python)
+from jax_impl.models.geometry import lenet_geometry  # one geometry for both sides, without jax
 
 __all__ = ["BasicBlock", "Bottleneck", "LeNet", "ResNet", "lenet_geometry", "resnet18", "resnet34", "resnet50"]
 

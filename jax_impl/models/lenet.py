@@ -5,24 +5,9 @@ from __future__ import annotations
 from flax import nnx
 
 from jax_impl import nn
+from jax_impl.models.geometry import lenet_geometry
 
 __all__ = ["LeNet", "lenet_geometry"]
-
-
-def lenet_geometry(image_size: int) -> tuple[int, int, int]:
-    """``(kernel, padding, final feature size)`` of the two conv+pool stages.
-
-    From 28x28 up LeNet-5's 5x5 valid convolutions (32 -> 28 -> 14 -> 10 -> 5);
-    below, 3x3 'same' convolutions (8 -> 8 -> 4 -> 4 -> 2), sized for the 8x8
-    digits.
-    """
-    kernel, padding = (5, 0) if image_size >= 28 else (3, 1)
-    size = image_size
-    for _ in range(2):
-        size = (size + 2 * padding - kernel + 1) // 2
-    if size < 1:
-        raise ValueError(f"LeNet needs image_size >= 4, got {image_size}")
-    return kernel, padding, size
 
 
 class LeNet(nn.Module):
@@ -31,7 +16,7 @@ class LeNet(nn.Module):
     Args:
       num_classes: outputs of the last layer.
       in_channels: 3 for 3x32x32 images, 1 for the 1x8x8 digits.
-      image_size: input height = width (see :func:`lenet_geometry`).
+      image_size: input height = width (see :func:`jax_impl.models.geometry.lenet_geometry`).
       rngs: init keys; ``None`` draws torch's numbers from the global
         generator (``jax_impl.random.manual_seed``), matching
         ``torch_ref.models.LeNet`` built after the same ``torch.manual_seed``.

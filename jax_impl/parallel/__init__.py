@@ -7,21 +7,36 @@
 * :mod:`jax_impl.parallel.launch`: N local processes joined by
   ``jax.distributed`` (gloo collectives on CPU, NCCL through XLA on GPUs),
   the counterpart of ``torch_ref.parallel.launch`` / ``torchrun``.
+
+:mod:`~jax_impl.parallel.launch` is pure Python (jax is imported inside the
+processes it starts) and ``torch_ref.parallel`` uses it; the step functions
+are imported on first use, so importing the launcher does not start jax.
 """
 
+from typing import TYPE_CHECKING
+
+from jax_impl._lazy import lazy_attributes
 from jax_impl.parallel.launch import ProcessFailed, free_port, init_from_env, launch, spawn
-from jax_impl.parallel.step import (
-    AXIS,
-    TrainState,
-    init_train_state,
-    merge_model,
-    pmap_train_step,
-    replicate,
-    sharded_train_step,
-    train_step_fn,
-    unreplicate,
-    vmap_train_step,
+
+_STEP_NAMES = (
+    "AXIS", "TrainState", "init_train_state", "merge_model", "pmap_train_step", "replicate", "sharded_train_step",
+    "train_step_fn", "unreplicate", "vmap_train_step",
 )
+__getattr__, __dir__ = lazy_attributes(__name__, dict.fromkeys(_STEP_NAMES, "jax_impl.parallel.step"), globals())
+
+if TYPE_CHECKING:
+    from jax_impl.parallel.step import (
+        AXIS,
+        TrainState,
+        init_train_state,
+        merge_model,
+        pmap_train_step,
+        replicate,
+        sharded_train_step,
+        train_step_fn,
+        unreplicate,
+        vmap_train_step,
+    )
 
 __all__ = [
     "AXIS",
