@@ -111,6 +111,12 @@ def _parse(text: str) -> Any:
         raise ConfigError(f"invalid YAML: {' '.join(str(error).split())}") from None
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply") from None
+    except ConfigError:
+        raise
+    except Exception as error:
+        # PyYAML's constructors fail with plain Python errors on malformed tagged scalars
+        # (`!!int` alone: IndexError, `!!timestamp x`: AttributeError, `!!float x`: ValueError).
+        raise ConfigError(f"invalid YAML: a value cannot be read ({type(error).__name__}: {error})") from None
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -132,9 +138,14 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Returns a copy of ``raw`` with each ``dotted.key=value`` set (intermediate mappings created)."""
-    result = _deep_copy(raw)
+    copier = _Copier()
+    result = copier.copy(raw)
     for text in overrides:
         key, value = parse_override(text)
+        try:
+            value = copier.copy(value)
+        except ConfigError as error:
+            raise ConfigError(error.message, path=key, override=text) from None
         parts = key.split(".")
         node = result
         for depth, part in enumerate(parts[:-1]):
@@ -152,12 +163,36 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     return result
 
 
-def _deep_copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep_copy(v) for v in value]
-    return value
+class _Copier:
+    """Deep copies of parsed YAML, refusing what YAML aliases can make of a few lines.
+
+    An alias repeats a list or mapping by reference, so ten lines of aliases
+    of aliases hold a billion values (and an alias inside its own anchor, a
+    cycle): copying, validating or printing them would never end.
+    """
+
+    MAX_VALUES = 100_000  # a config holds hundreds; ample for any hand-written one
+
+    def __init__(self) -> None:
+        self.left = self.MAX_VALUES
+        self.open: set[int] = set()  # the lists and mappings being copied: an alias back to one is a cycle
+
+    def copy(self, value: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ConfigError(f"over {self.MAX_VALUES:,} values: do YAML aliases (*name) repeat a large list or "
+                              "mapping?")
+        if not isinstance(value, (dict, list)):
+            return value
+        if id(value) in self.open:
+            raise ConfigError("a YAML alias (*name) refers to a list or mapping that contains it")
+        self.open.add(id(value))
+        try:
+            if isinstance(value, dict):
+                return {k: self.copy(v) for k, v in value.items()}
+            return [self.copy(v) for v in value]
+        finally:
+            self.open.discard(id(value))
 
 
 def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> ExperimentConfig:
@@ -227,7 +262,7 @@ def _build(cls: type, raw: Any, path: str) -> Any:
     if issubclass(cls, NamedSection):
         return _build_named(cls, raw, path)
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"expected a mapping, got {type(raw).__name__} ({raw!r})", path=path or None)
+        raise ConfigError(f"expected a mapping, got {describe_value(raw)}", path=path or None)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
@@ -279,7 +314,8 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
     if not isinstance(name, str) or name not in valid_names:
         guess = suggest(str(name), valid_names)
         hint = f"did you mean {guess!r}?" if guess else "choose one of: " + ", ".join(valid_names)
-        raise ConfigError(f"unknown {kind} {name!r}; {hint}", path=_join(path, "name"))
+        shown = repr(name) if isinstance(name, str) else describe_value(name)
+        raise ConfigError(f"unknown {kind} {shown}; {hint}", path=_join(path, "name"))
     extra_fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("name", "kwargs")}
     hints = typing.get_type_hints(cls)
     params = registry.signature(section, name).params
@@ -311,14 +347,14 @@ def _param_groups(raw: Any, params: Mapping[str, registry.Param], path: str) -> 
     for i, item in enumerate(raw):
         item_path = _join(path, str(i))
         if not isinstance(item, Mapping):
-            raise ConfigError(f"expected a mapping, got {type(item).__name__} ({item!r})", path=item_path)
+            raise ConfigError(f"expected a mapping, got {describe_value(item)}", path=item_path)
         if "params" not in item:
             raise ConfigError("missing required key 'params' (a glob or a list of globs over parameter names)",
                               path=item_path)
         globs = item["params"]
         globs = [globs] if isinstance(globs, str) else globs
         if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
-            raise ConfigError(f"expected a glob or a non-empty list of globs, got {item['params']!r}",
+            raise ConfigError(f"expected a glob or a non-empty list of globs, got {describe_value(item['params'])}",
                               path=_join(item_path, "params"))
         overrides = {}
         for key, value in item.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections.abc
 import difflib
+import reprlib
 import types
 import typing
 from collections.abc import Iterable
@@ -105,9 +106,16 @@ def type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+# A repr that stops after a few items and levels: a value from YAML may hold
+# aliases that repeat it a billion times, or refer to itself.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxdict = 3, 4, 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxlong = _SHORT_REPR.maxother = 40
+
+
 def describe_value(value: Any) -> str:
     """``"str ('three')"``: a value's type and (shortened) repr, for error messages."""
-    text = repr(value)
+    text = _SHORT_REPR.repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{type(value).__name__} ({text})"

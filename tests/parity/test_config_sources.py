@@ -98,6 +98,31 @@ def test_unhashable_and_deep_yaml(tmp_path):
     assert "invalid YAML" in str(error_of(path))
 
 
+def test_alias_bombs_and_cycles(tmp_path):
+    path = tmp_path / "c.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]  # 10**9 values
+    path.write_text("\n".join(lines) + "\nmodel: LeNet\noptimizer: Adam\n")
+    assert "over 100,000 values: do YAML aliases (*name) repeat a large list or mapping?" in str(error_of(path))
+    path.write_text("model: LeNet\noptimizer: Adam\nx: &a [1, *a]\n")
+    assert str(error_of(path)) == f"{path}: a YAML alias (*name) refers to a list or mapping that contains it"
+    error = error_of(ROOT / "configs" / "lenet_digits.yaml", ["optimizer.betas=&b [0.9, *b]"])
+    assert str(error).startswith("override 'optimizer.betas=&b [0.9, *b]' (command line): optimizer.betas: a YAML alias")
+    # Aliases that stay small are YAML as usual.
+    path.write_text("model: LeNet\noptimizer: {name: Adam, lr: &lr 0.01}\nscheduler: {name: StepLR, step_size: 1, "
+                    "gamma: *lr}\n")
+    assert load_config(path).scheduler.kwargs["gamma"] == 0.01
+
+
+@pytest.mark.parametrize("value", ["!!int", "!!timestamp x", "!!float x", "!!binary ?", "!!python/tuple [1]"])
+def test_malformed_tagged_scalars(tmp_path, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"model: LeNet\noptimizer: {{name: Adam, lr: {value}}}\n")
+    assert str(error_of(path)).startswith(f"{path}: invalid YAML")
+    assert str(error_of(ROOT / "configs" / "lenet_digits.yaml", [f"optimizer.lr={value}"])).startswith(
+        f"override 'optimizer.lr={value}' (command line): optimizer.lr: cannot parse the value as YAML")
+
+
 def test_yaml_errors_are_one_line(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model: [unclosed\n")
