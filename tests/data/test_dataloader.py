@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jax_impl.data import dataloader as dl
+from jax_impl.data import _shared_memory, _worker
 from jax_impl.data import generator as jgen
 from jax_impl.data.dataloader import DataLoader, device_prefetch, get_worker_info
 from jax_impl.data.dataset import Dataset, IterableDataset, TensorDataset
@@ -374,7 +374,7 @@ def test_iterable_dataset_validation_and_frozen_attributes() -> None:
 def test_generate_state_matches_torch(base_seed: int, worker_id: int) -> None:
     from torch.utils.data._utils.worker import _generate_state
 
-    assert dl._generate_state(base_seed, worker_id) == _generate_state(
+    assert _worker.generate_state(base_seed, worker_id) == _generate_state(
         base_seed, worker_id
     )
 
@@ -441,8 +441,8 @@ def test_memmap_dataset_is_reopened_not_copied(tmp_path: Any) -> None:
         path
     )  # 6 MiB, above the sharing threshold
     tokens = np.memmap(path, dtype=np.uint16, mode="r").reshape(-1, 1024)
-    payload, files = dl._export_dataset(TensorDataset(tokens))
-    assert files == [] and len(payload) < 4096  # The file is reopened, not copied.
+    exported, file = _shared_memory.export_dataset(TensorDataset(tokens), _shared_memory.ExportPool())
+    assert file is None and len(exported.data) < 4096  # The file is reopened, not copied.
     loader = DataLoader(
         TensorDataset(tokens), batch_size=64, shuffle=True, num_workers=2
     )
@@ -461,6 +461,20 @@ def _our_shm_files() -> set[str]:
     return {f for f in os.listdir(shm) if f.startswith("jax_impl_dataloader_")}
 
 
+def _export_files_open() -> set[int]:
+    """Inodes of the loader's export files (anonymous shared memory) this process holds descriptors of.
+
+    Inodes, not descriptors: an ``mmap.mmap`` keeps a duplicate of the descriptor it maps.
+    """
+    prefix = f"/memfd:{_shared_memory.shared_name_prefix(os.getpid())}export_"
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefix):
+                found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+    return found
+
+
 def test_kept_batches_stay_intact_and_writable() -> None:
     """Batches are views of shared slots: one the caller keeps is never overwritten by later ones."""
     x = np.arange(256 * 2048, dtype=np.float32).reshape(256, 2048)  # 128 KiB a batch: shared slots
@@ -474,21 +488,23 @@ def test_kept_batches_stay_intact_and_writable() -> None:
             assert x[0, 0] == 0.0
 
 
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="counts memfd descriptors in /proc/self/fd")
 def test_exported_arrays_are_reused_but_see_changes() -> None:
-    """Later epochs reuse the loader's shared files, copying the data set's current contents in."""
-    before = _our_shm_files()
+    """Later epochs reuse the loader's shared file, copying the data set's current contents in."""
+    before, shm_before = _export_files_open(), _our_shm_files()
     x = np.zeros((2**19,), np.float32)  # 2 MiB: exported to a shared file
     loader = DataLoader(TensorDataset(x), batch_size=2**17, num_workers=2)
     with _alarm(60):
         first = np.concatenate([b[0] for b in loader])
-        files = _our_shm_files() - before
+        files = _export_files_open() - before
         x += 1.0
         second = np.concatenate([b[0] for b in loader])
-        assert _our_shm_files() - before == files and len(files) == 1
+        assert _export_files_open() - before == files and len(files) == 1
     assert (first == 0.0).all() and (second == 1.0).all()
+    assert _our_shm_files() - shm_before == set()  # Anonymous: never a name in /dev/shm.
     del loader
     gc.collect()
-    assert _our_shm_files() - before == set()
+    assert _export_files_open() - before == set()
 
 
 _INIT_TAG: list[int] = []
