@@ -2,8 +2,8 @@
 
 Each function takes exactly the keyword arguments of the torch class of the
 same name (lower-cased), with torch's defaults, and returns an
-:class:`~jax_impl.optim._base.TorchTransformation` (an
-``optax.GradientTransformationExtraArgs`` with an exact ``step`` method).
+:class:`~jax_impl.optim.TorchTransformation`: optax's ``init``/``update``
+pair plus ``step``, torch's exact update.
 """
 
 from jax_impl.optim._base import TorchTransformation, host_schedule, is_host_schedule

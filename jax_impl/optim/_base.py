@@ -3,8 +3,8 @@
 A torch optimizer step is (1) scalar hyper-maths in Python float64 on the
 host (bias corrections, step sizes, ``1 - beta``), rounded to the parameter
 dtype only when a kernel receives them, and (2) a sequence of elementwise
-kernels per parameter. :func:`torch_optimizer` assembles both halves into an
-``optax.GradientTransformation``:
+kernels per parameter. :func:`torch_optimizer` assembles both halves into a
+:class:`TorchTransformation` (optax's ``init``/``update`` plus ``step``):
 
 - ``host_scalars(step, hyper, scalar_state)`` runs in Python with torch's
   exact float64 expressions. Eagerly it is called directly. Under
@@ -23,7 +23,7 @@ kernels per parameter. :func:`torch_optimizer` assembles both halves into an
   that the rounding emulation holds with and without an outer ``jit``.
 
 Besides ``init``/``update``, the returned transformation has a ``step(grads,
-state, params) -> (params, state)`` method that returns torch's new
+state, params) -> (params, state)`` field that returns torch's new
 parameters directly. ``update`` returns ``new_params - params``;
 ``optax.apply_updates`` adds that back, which reproduces torch's parameter
 bit for bit except where the subtraction is inexact (a parameter crossing
@@ -97,15 +97,35 @@ class host_schedule:  # noqa: N801 - used like a decorator/function
         return f"host_schedule({self.fn!r})"
 
 
-class TorchTransformation(optax.GradientTransformationExtraArgs):
-    """An ``optax.GradientTransformationExtraArgs`` with torch's exact in-place ``step``.
+class TorchTransformation(NamedTuple):
+    """An optax gradient transformation with torch's exact in-place ``step``.
 
-    ``tx.step(grads, state, params)`` returns ``(new_params, new_state)``
-    exactly as torch's ``optimizer.step()`` leaves them.
+    ``init`` and ``update`` follow optax's ``GradientTransformationExtraArgs``
+    protocol, so the transformation goes wherever optax's do
+    (``nnx.Optimizer(model, tx, wrt=nnx.Param)``, ``optax.chain``); ``step``
+    is the third field, so ``_replace``, pickling (of picklable functions)
+    and ``jax.tree_util`` keep it.
+
+    Attributes:
+      init: ``params -> state``.
+      update: ``(grads, state, params, **extra_args) -> (new_params - params, new_state)``;
+        ``params`` is required, because torch updates parameters in place.
+      step: the exact update, ``(grads, state, params) -> (new_params, new_state)``
+        computed as torch's ``optimizer.step()`` computes them. ``update``
+        followed by ``optax.apply_updates`` adds ``new_params - params`` back
+        to ``params``, which is inexact where that difference is (a
+        parameter crossing zero or changing by more than a factor of two).
     """
 
-    def step(self, grads: Any, state: Any, params: Any) -> tuple[Any, Any]:
-        return self.__dict__["_step"](grads, state, params)
+    init: optax.TransformInitFn
+    update: optax.TransformUpdateExtraArgsFn
+    step: Callable[[Any, Any, Any], tuple[Any, Any]]
+
+
+TorchTransformation.step.__doc__ = (
+    "The exact update: ``(grads, state, params) -> (new_params, new_state)`` computed as torch does, "
+    "where ``update`` + ``optax.apply_updates`` is inexact when ``new - old`` is."
+)
 
 
 def check_torch_only_flags(**flags: Any) -> None:
@@ -263,9 +283,7 @@ def torch_optimizer(
         new_params, new_state = step_fn(updates, state, params)
         return jax.tree.map(lambda n, p: n - p, new_params, params), new_state
 
-    tx = TorchTransformation(init, update)
-    tx.__dict__["_step"] = step_fn
-    return tx
+    return TorchTransformation(init, update, step_fn)
 
 
 # At most this many steps are tabulated: enough for torch's default betas to converge

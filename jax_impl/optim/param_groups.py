@@ -161,7 +161,4 @@ def param_groups(
         new_params, new_state = step(updates, state, params)
         return jax.tree.map(lambda n, p: n - p, new_params, params), new_state
 
-    tx = TorchTransformation(init, update)
-    tx.__dict__["_step"] = step
-    tx.__dict__["groups"] = tuple(transforms)
-    return tx
+    return TorchTransformation(init, update, step)

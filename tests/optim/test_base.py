@@ -3,9 +3,13 @@
 - ``jax.jit(tx.step)`` and the eager ``tx.step`` agree bit for bit.
 - ``tx.update`` + ``optax.apply_updates`` agrees with ``tx.step`` bit for bit
   except where ``p_new - p`` is inexact (documented in ``_base``).
+- ``step`` is a field of the transformation: ``_replace``, pickling,
+  ``jax.tree_util`` and ``optax.chain`` keep torch's exact step.
 - ``flax.nnx.Optimizer(model, tx, wrt=nnx.Param)`` trains a tiny MLP like torch.
 - Rosenbrock with each side's own gradients (torch autograd vs ``jax.grad``).
 """
+
+import copy
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +19,7 @@ import pytest
 import torch
 from flax import nnx
 
+from jax_impl.optim import TorchTransformation
 from tests.optim import _harness as H
 
 # The host-scalar paths of _base.torch_optimizer: constant scalars (sgd), and a
@@ -67,6 +72,50 @@ def test_update_then_apply_updates_matches_step(name, kwargs, dtype):
                 worst = max(worst, float(ulps.max(initial=0.0)))
             params, state = stepped, stepped_state
     assert worst <= 1.5
+
+
+# ----------------------------------------------------------------------------- the transformation type
+
+
+def test_step_is_a_field_kept_by_replace_pickle_tree_map_and_chain():
+    """Every rebuilt transformation still steps exactly as torch's SGD (sqrt-free, so bit for bit)."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    name, kwargs = "sgd", H.REPRESENTATIVE["sgd"]
+    arrays = H.make_problem(H.Problem(seed=5, shapes={"w": (6, 3), "b": (3,)}, steps=4), "float32")
+    # |p| >= 1 and small steps: no parameter crosses zero or doubles, so every p_new - p is
+    # exact (Sterbenz) and update + apply_updates must reproduce torch as well as step does.
+    initial = {k: (v + np.where(v < 0, -1, 1)).astype(v.dtype) for k, v in arrays.params.items()}
+    torch_step, torch_snapshot, _ = H._torch_step_fn(name, kwargs, initial)
+    expected = []
+    for grads in arrays.grads:
+        torch_step(grads)
+        expected.append(torch_snapshot())
+    assert TorchTransformation._fields == ("init", "update", "step")
+    assert "exact" in TorchTransformation.step.__doc__
+    with H.numerics("float32"):
+        tx = H.build(name, kwargs)
+        rebuilt = {
+            "itself": tx,
+            "_replace": tx._replace(init=tx.init),
+            "cloudpickle": cloudpickle.loads(cloudpickle.dumps(tx)),
+            "deepcopy": copy.deepcopy(tx),
+            "tree_map": jax.tree.map(lambda fn: fn, tx),
+            "unflatten": jax.tree.unflatten(jax.tree.structure(tx), jax.tree.leaves(tx)),
+        }
+        for how, other in rebuilt.items():
+            assert isinstance(other, TorchTransformation), how
+            params = {k: jnp.asarray(v) for k, v in initial.items()}
+            state = other.init(params)
+            for grads, want in zip(arrays.grads, expected):
+                params, state = jax.jit(other.step)(grads, state, params)
+                assert H.bitwise_equal(want, H.to_numpy(params)), how
+        chained = optax.chain(tx)  # optax's combinators take it as any GradientTransformation
+        params = {k: jnp.asarray(v) for k, v in initial.items()}
+        state = chained.init(params)
+        for grads, want in zip(arrays.grads, expected):
+            updates, state = chained.update(grads, state, params)
+            params = optax.apply_updates(params, updates)
+            assert H.bitwise_equal(want, H.to_numpy(params))
 
 
 # ----------------------------------------------------------------------------- flax.nnx
