@@ -6,6 +6,7 @@ worker's exception to the main process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.connection
 import os
 import queue
@@ -221,7 +222,8 @@ class ManagerWatchdog:
 
         def watch() -> None:
             self.manager_dead = self._dead_within(None)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            with contextlib.suppress(OSError):  # The main thread may be gone already (the worker is exiting).
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             time.sleep(_ORPHAN_EXIT_GRACE)
             os._exit(1)
 
