@@ -65,13 +65,13 @@ def test_nan_stops_the_run(tmp_path):
     assert list(tmp_path.glob("*/report.json"))  # the report is written before stopping
 
 
-def test_cli_run_exit_codes(tmp_path, capsys):
-    assert main(["run", "--steps", "5", "--no-progress", "--runs-dir", str(tmp_path)]) == 0
-    assert "PASSED" in capsys.readouterr().out
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    assert main(["run", "--steps", "5", "--no-progress", "--runs-dir", str(blocker / "sub")]) == 2
-    assert "not writable" in capsys.readouterr().err
+def test_cli_run_talks_on_stderr_and_reports_on_stdout(tmp_path, capsys):
+    assert main(["run", "--steps", "5", "--runs-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("**PASSED: parameters within rtol 0.0001 (max rel ")
+    for phase in ("importing torch and JAX", "building both models", "compiling the JAX train step"):
+        assert phase in err
+    assert "━" not in out
 
 
 @pytest.mark.parametrize("config", ["configs/lenet_digits_sgd_steplr.yaml", "configs/lenet_digits_adamw_warmup_cosine.yaml",
@@ -114,13 +114,16 @@ def test_impossible_settings_exit_2_and_write_nothing(tmp_path, capsys):
     assert not any(runs.iterdir())
 
 
+BATCH_64 = "data.batch_size=64"  # 23 steps per epoch: the resume tests' runs take seconds
+
+
 @pytest.fixture(scope="module")
 def straight_and_first(tmp_path_factory):
     """2 epochs straight, and 1 epoch with its checkpoint: shared by the three resume tests."""
     runs = tmp_path_factory.mktemp("resume")
-    straight = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2"]), runs_dir=runs,
+    straight = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2", BATCH_64]), runs_dir=runs,
                               progress=False, write=False)
-    first = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=1"]), runs_dir=runs,
+    first = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=1", BATCH_64]), runs_dir=runs,
                            progress=False)
     return straight, first
 
@@ -132,18 +135,19 @@ def test_resume_continues_the_trajectory(tmp_path, resume_from, straight_and_fir
     straight, first = straight_and_first
     checkpoint = tmp_path / "checkpoint.pt"  # a copy: resuming in the original folder would advance it
     checkpoint.write_bytes((Path(first.run_dir) / "checkpoint.pt").read_bytes())
-    resumed = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2"]), runs_dir=tmp_path,
+    resumed = run_experiment(load_config("configs/lenet_digits.yaml", ["train.epochs=2", BATCH_64]), runs_dir=tmp_path,
                              progress=False, resume=checkpoint, resume_from=resume_from)
-    assert resumed.steps[:90] == first.steps  # the report covers every step from step 0
-    want = [s for s in straight.steps if s["step"] >= 90]
-    assert [s["step"] for s in resumed.steps[90:]] == [s["step"] for s in want]
-    for a, b in zip(want, resumed.steps[90:]):
+    assert resumed.steps[:23] == first.steps  # the report covers every step from step 0
+    want = [s for s in straight.steps if s["step"] >= 23]
+    assert [s["step"] for s in resumed.steps[23:]] == [s["step"] for s in want]
+    for a, b in zip(want, resumed.steps[23:]):
         for side in ("torch", "jax"):
             if resume_from in (None, side):
                 assert a[f"{side}_loss"] == b[f"{side}_loss"]
             else:
                 assert abs(a[f"{side}_loss"] - b[f"{side}_loss"]) <= 1e-4 * abs(a[f"{side}_loss"])
-    assert resumed.passed
+    if resume_from is None:  # both sides continue bit for bit, so the measured divergence is the straight run's
+        assert resumed.epochs[-1].param_max_rel == straight.epochs[-1].param_max_rel
 
 
 def test_missing_checkpoint_exits_2(tmp_path, capsys):
@@ -183,8 +187,8 @@ def test_bad_param_groups_exit_2(tmp_path, capsys, groups, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("mode", ["pmap", pytest.param("sharded", marks=pytest.mark.slow),
-                                  pytest.param("vmap", marks=pytest.mark.slow)])  # ~25 s each
+@pytest.mark.slow  # ~25 s each: 2 torch ranks and a 2-device JAX process start
+@pytest.mark.parametrize("mode", ["pmap", "sharded", "vmap"])
 def test_parallel_config_runs_torch_ddp_against_jax(tmp_path, mode):
     """configs/lenet_digits_ddp.yaml: torch DDP (2 gloo ranks) vs JAX on 2 devices. Full run (90 steps)
     measured 2.6e-7 (pmap); here 20 steps, bar 1e-4."""
@@ -194,6 +198,7 @@ def test_parallel_config_runs_torch_ddp_against_jax(tmp_path, mode):
     assert len(report.steps) == 20 and (tmp_path / report.run_dir / "report.json").exists()
 
 
+@pytest.mark.slow  # ~25 s
 def test_parallel_config_with_a_scheduler(tmp_path):
     """configs/lenet_digits_ddp.yaml with a per-epoch StepLR: torch's scheduler on each DDP rank vs JAX's
     schedule; 60 steps cross the first epoch boundary (45 steps per epoch: 1438 samples, 2 ranks, batch
@@ -214,6 +219,7 @@ def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow  # ~15 s each: six ResNet-18 steps in torch
 @pytest.mark.parametrize("config", ["configs/resnet18_synthetic_adamw.yaml", "configs/resnet18_synthetic_sgd.yaml"])
 def test_resnet_configs_part_from_float64_in_torch_itself(config):
     """Why the ResNet-18 configs run in float64: torch's own float32 run leaves torch's float64 run by more
