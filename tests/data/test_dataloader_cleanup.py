@@ -5,8 +5,9 @@ live 2-worker loader (dataset exported to shared memory, batches in shared
 slots). At ``READY`` it records the subprocess's descendants (workers, fork
 server, resource tracker) and checks that the loader's shared memory is in
 use but has no name in ``/dev/shm``; after the scenario's way out, every
-recorded process must be gone and no ``/dev/shm`` file named for the
-subprocess may exist.
+recorded process must be gone, no ``/dev/shm`` file named for the
+subprocess may exist, and neither may any ``/dev/shm`` file the processes
+mapped by name at ``READY`` (multiprocessing's semaphores).
 
 torch's DataLoader is not run beside these: its workers under ``fork`` stop
 by the same parent check, and what is tested here (cleanup of processes and
@@ -95,6 +96,19 @@ def _shared_memory_in_use(pids: list[int], owner: int) -> list[str]:
     return objects
 
 
+def _named_shm_mapped(pids: list[int]) -> set[str]:
+    """Files in ``/dev/shm`` that ``pids`` map under a name (multiprocessing's semaphores: ``sem.mp-*``)."""
+    names = set()
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                path = fields[5].strip() if len(fields) == 6 else ""  # Anonymous mappings have no path.
+                if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+                    names.add(path)
+    return names
+
+
 def _shm_files(owner: int) -> list[str]:
     """Files in ``/dev/shm`` named for the loader running in process ``owner``."""
     if not os.path.isdir("/dev/shm"):
@@ -125,6 +139,7 @@ def _scenario(name: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dic
         [sys.executable, "-m", "tests.data._loader_scenarios", name],
         cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
     )
+    tree: dict[int, int] = {}
     try:
         line = _read_line(proc, _SCENARIO_TIMEOUT)
         assert line.startswith("READY "), f"{line!r}; stderr: {(tmp_path / f'{name}.stderr').read_text()}"
@@ -136,11 +151,20 @@ def _scenario(name: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dic
         assert any("export" in o for o in in_use) and any("batch" in o for o in in_use), in_use
         assert all(o.startswith("/memfd:") or o.endswith("(deleted)") for o in in_use), in_use
         assert _shm_files(proc.pid) == []
+        named = _named_shm_mapped([proc.pid, *tree])
         yield proc, ready, tree
+        # multiprocessing's own named shared memory (the queues' semaphores) goes too: unlinked when
+        # the objects are collected, or by the resource tracker once every process that used it is gone.
+        assert _wait_gone(tree, _TREE_EXIT_BOUND) == []
+        assert [n for n in named if os.path.exists(n)] == []
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(_SCENARIO_TIMEOUT)
+        for pid, start in tree.items():  # A failed test leaves no process behind either.
+            if _alive(pid, start):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         stderr.close()
 
 
