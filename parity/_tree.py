@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["flatten", "to_numpy"]
+__all__ = ["flatten", "jax_key_name", "to_numpy"]
 
 
 def _is_torch_tensor(obj: Any) -> bool:
@@ -49,7 +49,7 @@ def to_numpy(leaf: Any) -> np.ndarray:
     return np.asarray(leaf)
 
 
-def _jax_key_name(entry: Any) -> str:
+def jax_key_name(entry: Any) -> str:
     for attr in ("key", "idx", "name"):
         if hasattr(entry, attr):
             return str(getattr(entry, attr))
@@ -124,5 +124,5 @@ def _flatten_jax(obj: Any, prefix: str, out: dict[str, np.ndarray]) -> None:
     if len(leaves) == 1 and leaves[0][1] is obj:
         raise TypeError(f"cannot compare an object of type {type(obj).__name__} at {prefix or '<root>'!r}")
     for path, leaf in leaves:
-        name = ".".join(_jax_key_name(entry) for entry in path)
+        name = ".".join(jax_key_name(entry) for entry in path)
         _flatten_into(leaf, _join(prefix, name), out)

@@ -32,7 +32,6 @@ import re
 from typing import Any
 
 from jax_impl.optim import lr_scheduler as jax_lr_scheduler
-from jax_impl.optim._lr_mirrors import _Scheduler
 from torch_ref.lr_scheduler import NESTED_SCHEDULERS, scheduler_class, scheduler_spec
 
 __all__ = ["build_jax_schedule", "jax_schedule_factory", "load_scheduler_state", "scheduler_state_dict"]
@@ -113,7 +112,7 @@ def build_jax_schedule(section: Any, base_lr: float) -> Any:
     return factory(base_lr, **kwargs)
 
 
-def _replay(schedule: Any, k: int) -> _Scheduler:
+def _replay(schedule: Any, k: int) -> Any:
     """A fresh mirror of ``schedule`` stepped ``k`` times, as torch's scheduler after ``k`` steps."""
     group: dict[str, Any] = {"lr": schedule.base_lr}
     mirror = schedule.build(group)

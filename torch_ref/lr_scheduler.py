@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.optim import lr_scheduler
 
-from torch_ref.optim import _tuples
+from torch_ref.optim import as_tuples
 
 __all__ = ["NESTED_SCHEDULERS", "build_scheduler", "scheduler_class", "scheduler_spec"]
 
@@ -53,7 +53,7 @@ def scheduler_spec(section: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(name, str) or not name:
         raise ValueError(f"a scheduler section needs a 'name' (a torch.optim.lr_scheduler class), got {section!r}")
     return name, {
-        key: list(value) if key == "schedulers" else _tuples(value) for key, value in kwargs.items()
+        key: list(value) if key == "schedulers" else as_tuples(value) for key, value in kwargs.items()
     }
 
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["build_optimizer", "optimizer_class", "optimizer_spec"]
+__all__ = ["as_tuples", "build_optimizer", "optimizer_class", "optimizer_spec"]
 
 
-def _tuples(value: Any) -> Any:
+def as_tuples(value: Any) -> Any:
     """YAML has no tuples: ``betas: [0.9, 0.99]`` arrives as a list; torch expects a tuple."""
     if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
+        return tuple(as_tuples(v) for v in value)
     return value
 
 
@@ -42,7 +42,7 @@ def optimizer_spec(section: Any) -> tuple[str, dict[str, Any]]:
         kwargs = dict(getattr(section, "kwargs", {}) or {})
     if not isinstance(name, str) or not name:
         raise ValueError(f"an optimizer section needs a 'name' (a torch.optim class), got {section!r}")
-    return name, {key: _tuples(value) for key, value in kwargs.items()}
+    return name, {key: as_tuples(value) for key, value in kwargs.items()}
 
 
 def optimizer_class(name: str) -> type[torch.optim.Optimizer]:

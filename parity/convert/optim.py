@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from parity._tree import _jax_key_name, to_numpy
+from parity._tree import jax_key_name, to_numpy
 from parity.optim import jax_optimizer_factory
 from torch_ref.optim import optimizer_class
 
@@ -105,7 +105,7 @@ def _spec(name: str) -> _Spec:
 def _leaf_names(params: Any) -> tuple[list[str], list[np.ndarray]]:
     """Dotted key paths (``parity._tree.flatten``'s spelling) and leaves, in JAX flattening order."""
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    names = [".".join(_jax_key_name(entry) for entry in path) for path, _ in flat]
+    names = [".".join(jax_key_name(entry) for entry in path) for path, _ in flat]
     return names, [leaf for _, leaf in flat]
 
 
