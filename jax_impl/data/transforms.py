@@ -154,12 +154,38 @@ def _parse_padding(padding) -> tuple[int, int, int, int]:
     raise ValueError(f"Padding must be an int or a 1, 2, or 4 element tuple, not a {len(padding)} element tuple")
 
 
+def _check_reflect_padding(shape: tuple[int, ...], left: int, top: int, right: int, bottom: int) -> None:
+    """Raise torch's ``reflection_pad2d`` error when a side's padding is not smaller than its dimension.
+
+    torchvision's tensor ``pad`` adds a batch axis to inputs of fewer than
+    four dimensions before ``torch.nn.functional.pad``, so the message names
+    that shape, as torch's does. torch checks the width before the height.
+    """
+    shape = shape if len(shape) >= 4 else (1, *shape)
+    dim_h, dim_w = len(shape) - 2, len(shape) - 1
+    for arg, (a, b), dim in ((4, (left, right), dim_w), (6, (top, bottom), dim_h)):
+        if not (a < shape[dim] and b < shape[dim]):
+            raise RuntimeError(
+                f"Argument #{arg}: Padding size should be less than the corresponding input dimension, "
+                f"but got: padding ({a}, {b}) at dimension {dim} of input [{', '.join(map(str, shape))}]"
+            )
+
+
 def pad(img, padding, fill: float = 0, padding_mode: str = "constant"):
-    """``torchvision.transforms.functional.pad`` on a ``(..., H, W)`` array."""
+    """``torchvision.transforms.functional.pad`` on a ``(..., H, W)`` array.
+
+    Raises:
+        ValueError: ``padding_mode`` is not constant, edge, reflect or symmetric.
+        RuntimeError: ``padding_mode="reflect"`` with a padding at least as large
+            as its dimension: torch's reflection padding refuses it (NumPy would
+            reflect again and again).
+    """
     if padding_mode not in _PAD_MODES:
         raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
     left, top, right, bottom = _parse_padding(padding)
     img = np.asarray(img)
+    if padding_mode == "reflect":
+        _check_reflect_padding(img.shape, left, top, right, bottom)
     widths = [(0, 0)] * (img.ndim - 2) + [(top, bottom), (left, right)]
     if padding_mode == "constant":
         return np.pad(img, widths, mode="constant", constant_values=fill)
