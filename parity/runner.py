@@ -131,19 +131,22 @@ def _jax_step_fn(exp: Experiment) -> Any:
 
 
 def _compile(exp: Experiment, jax_step: Any, phases: Phases) -> None:
-    """Compile the JAX step for the full batch shape before the bar starts (the first step would wait for it)."""
+    """Compile the JAX step for the epoch's batch shapes (full, and the last partial one) before the bar starts."""
     import jax.numpy as jnp
     from flax import nnx
 
-    x, y = exp.j_train.dataset[0]
-    batch = exp.j_train.batch_size or 1
+    loader = exp.j_train
+    x, y = loader.dataset[0]
+    batch = loader.batch_size or 1
+    sizes = {batch} | ({len(loader.dataset) % batch} if not loader.drop_last else set())
     start = time.perf_counter()
     phases("compiling the JAX train step")
+    exp.jax_model.train()  # the mode is part of the graph: the epoch's steps run in train mode
     graphdef, params, rest = nnx.split(exp.jax_model, nnx.Param, ...)
-    xs = jnp.zeros((batch, *np.shape(x)), exp.np_dtype)
-    ys = jnp.asarray(np.stack([np.asarray(y)] * batch))
-    loss = jax_step(graphdef, params, rest, exp.opt_state, xs, ys)[0]
-    loss.block_until_ready()
+    for size in sorted(sizes - {0}):
+        xs = jnp.zeros((size, *np.shape(x)), exp.np_dtype)
+        ys = jnp.asarray(np.stack([np.asarray(y)] * size))
+        jax_step(graphdef, params, rest, exp.opt_state, xs, ys)[0].block_until_ready()
     phases(f"compiled in {time.perf_counter() - start:.1f}s; training")
 
 
