@@ -34,7 +34,9 @@ from parity.convert import load_torch_state_dict
 
 # (model, batch, image): ResNet-18 at sizes where its last stages are and are not GEMM-routed
 # (those stay NCHW), and ResNet-50 (Bottleneck: 1x1 convs as GEMMs over the channels).
-GRID = [("resnet18", 2, 32), ("resnet18", 3, 48), ("resnet18", 4, 64), ("resnet18", 1, 96),
+# The default tier keeps ResNet-18's smallest and largest image.
+GRID = [("resnet18", 2, 32), pytest.param("resnet18", 3, 48, marks=pytest.mark.slow),
+        pytest.param("resnet18", 4, 64, marks=pytest.mark.slow), ("resnet18", 1, 96),
         pytest.param("resnet50", 2, 64, marks=pytest.mark.slow)]
 
 
@@ -140,7 +142,7 @@ def test_train_mode_never_takes_the_path(monkeypatch):
     assert calls[0] == 0
 
 
-@pytest.mark.parametrize(("batch", "image"), [(2, 32), (3, 56)])
+@pytest.mark.parametrize(("batch", "image"), [(2, 32), pytest.param(3, 56, marks=pytest.mark.slow)])
 def test_eval_gradients_match_torch(batch, image, monkeypatch):
     t, j = _pair("resnet18", seed=batch)
     rng = np.random.default_rng(image)

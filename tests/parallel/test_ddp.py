@@ -30,6 +30,7 @@ def _data(n: int, shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np
     return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, 10, n)
 
 
+@pytest.mark.slow  # a subprocess compiling LeNet under pmap, sharded jit and vmap
 @pytest.mark.parametrize("n", [2, 4])
 def test_n_devices_equal_one_device_full_batch(n: int) -> None:
     result = spawn(_workers.single_vs_replicated, 1, (n,), local_devices=n, timeout=300)[0]
@@ -43,7 +44,8 @@ def test_n_devices_equal_one_device_full_batch(n: int) -> None:
 
 
 @pytest.mark.parametrize(("mode", "dtype", "world_size"), [
-    ("pmap", "float32", 2), ("sharded", "float32", 2),
+    ("pmap", "float32", 2),  # the default tier's one DDP run: parity.parallel end to end
+    pytest.param("sharded", "float32", 2, marks=pytest.mark.slow),
     pytest.param("multiprocess", "float32", 2, marks=pytest.mark.slow),  # ~30 s: 4 processes
     pytest.param("pmap", "float64", 2, marks=pytest.mark.slow),  # ~29 s
     pytest.param("pmap", "float32", 4, marks=pytest.mark.slow),  # ~40 s: 4 torch ranks
@@ -59,6 +61,7 @@ def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None
     np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5 if dtype == "float32" else 1e-12)
 
 
+@pytest.mark.slow  # DDP runs beyond the default tier's one
 @pytest.mark.parametrize("scheduler", [
     {"name": "StepLR", "kwargs": {"step_size": 1, "gamma": 0.5}, "interval": "epoch"},  # 5 steps per epoch
     {"name": "OneCycleLR", "kwargs": {"max_lr": 0.1, "total_steps": 20}, "interval": "step"},  # cycles momentum
@@ -80,6 +83,7 @@ def test_lenet_with_lr_scheduler_matches_torch_ddp(scheduler: dict) -> None:
     np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_lenet_with_param_groups_and_another_loss_matches_torch_ddp() -> None:
     """Param groups (a config's globs: the conv layers at their own lr, no weight decay on biases) and
     CrossEntropyLoss(label_smoothing=0.1) on both sides: measured 2.4e-7 (losses 2.0e-7 apart), where torch
