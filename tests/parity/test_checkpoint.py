@@ -179,7 +179,7 @@ def test_internal_error_exits_3_with_the_traceback_in_the_run_folder(tmp_path, c
     assert json.loads((folder / "report.json").read_text())["interrupted"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=10_000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_checkpoints_raise_checkpoint_error_only(tmp_path, finished, data):
     """Random bytes, truncations and byte flips of a real checkpoint: CheckpointError (exit 2) or a clean read."""
