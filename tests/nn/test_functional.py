@@ -259,8 +259,10 @@ def test_max_pool_padding_checks_match_torch():
         assert str(our_error.value) == str(torch_error.value)
 
 
-@pytest.mark.parametrize("nd", [1, 2, pytest.param(3, marks=pytest.mark.slow)])  # 15 s, 21 s, 35 s
-def test_max_pool_return_indices_match_torch(nd):
+# The default tier checks 2-D's first 10 seeded draws (a prefix of the same sequence of 40);
+# the slow tier all 40 in 1-D, 2-D and 3-D.
+@pytest.mark.parametrize(("nd", "draws"), [(2, 10)] + [pytest.param(nd, 40, marks=pytest.mark.slow) for nd in (1, 2, 3)])
+def test_max_pool_return_indices_match_torch(nd, draws):
     """Values and indices bit-identical to torch, with ties, NaN and -inf windows.
 
     torch keeps the first maximum, the last NaN, and for an all -inf window the
@@ -268,7 +270,7 @@ def test_max_pool_return_indices_match_torch(nd):
     """
     rng = np.random.default_rng(nd)
     checked = 0
-    for _ in range(40):
+    for _ in range(draws):
         k, s, d = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
         p, ceil = int(rng.integers(0, k // 2 + 1)), bool(rng.integers(0, 2))
         shape = (2, 2) + tuple(int(rng.integers(k * d, 8)) for _ in range(nd))
@@ -289,7 +291,7 @@ def test_max_pool_return_indices_match_torch(nd):
         np.testing.assert_array_equal(np.asarray(jv), tv.numpy())
         np.testing.assert_array_equal(np.asarray(ji), ti.numpy())
         checked += 1
-    assert checked >= 20
+    assert checked >= draws // 2
 
 
 def test_max_pool_propagates_nan_like_torch():

@@ -26,6 +26,8 @@ from jax_impl.nn import _functional_norm as FN
 from parity.layer_check import assert_within, compare_module
 
 DRAWS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The default tier's share of the draws; the slow tier's sibling test runs all of DRAWS.
+FEW_DRAWS = settings(DRAWS, max_examples=3)
 STAT_TOL = {np.float32: 1e-6, np.float64: 1e-12}
 
 
@@ -53,7 +55,7 @@ def _rel(a, b) -> float:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@DRAWS
+@FEW_DRAWS
 @given(cfg=bn_config())
 def test_batchnorm_four_modes_match_torch(dtype, cfg):
     nd, c, shape, kw, seed = cfg
@@ -82,6 +84,14 @@ def test_batchnorm_four_modes_match_torch(dtype, cfg):
         j_mod.eval()
         x = rng.standard_normal(shape).astype(dtype)
         assert_within(compare_module(t_mod, j_mod, x, seed), dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@DRAWS
+@given(cfg=bn_config())
+def test_batchnorm_four_modes_match_torch_all_draws(dtype, cfg):
+    test_batchnorm_four_modes_match_torch.hypothesis.inner_test(dtype, cfg)
 
 
 def test_state_keys_match_torch():

@@ -27,6 +27,8 @@ import jax_impl.nn as nn
 from parity.layer_check import assert_within, build_pair, compare_module
 
 DRAWS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The default tier's share of the draws; the slow tier's sibling tests run all of DRAWS.
+FEW_DRAWS = settings(DRAWS, max_examples=8)
 DTYPES = [np.float32, np.float64]
 
 
@@ -55,7 +57,7 @@ def conv_config(draw):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@DRAWS
+@FEW_DRAWS
 @given(cfg=conv_config())
 def test_conv_matches_torch(dtype, cfg):
     nd = cfg["nd"]
@@ -95,7 +97,7 @@ def conv_transpose_config(draw):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@DRAWS
+@FEW_DRAWS
 @given(cfg=conv_transpose_config())
 def test_conv_transpose_matches_torch(dtype, cfg):
     nd = cfg["nd"]
@@ -117,6 +119,22 @@ def test_conv_transpose_matches_torch(dtype, cfg):
         )
         x = np.random.default_rng(cfg["seed"]).standard_normal(cfg["shape"]).astype(dtype)
         assert_within(compare_module(t_mod, j_mod, x, cfg["seed"], call), dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@DRAWS
+@given(cfg=conv_config())
+def test_conv_matches_torch_all_draws(dtype, cfg):
+    test_conv_matches_torch.hypothesis.inner_test(dtype, cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@DRAWS
+@given(cfg=conv_transpose_config())
+def test_conv_transpose_matches_torch_all_draws(dtype, cfg):
+    test_conv_transpose_matches_torch.hypothesis.inner_test(dtype, cfg)
 
 
 def test_unbatched_input_matches_torch():

@@ -21,6 +21,8 @@ import jax_impl.nn as nn
 from parity.layer_check import assert_within, compare_module
 
 DRAWS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The default tier's share of the draws; the slow tier's sibling tests run all of DRAWS.
+FEW_DRAWS = settings(DRAWS, max_examples=6)
 
 
 def _out(length, k, s, p, d, ceil):
@@ -66,7 +68,7 @@ def pool_config(draw):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@DRAWS
+@FEW_DRAWS
 @given(cfg=pool_config())
 def test_pool_module_matches_torch(dtype, cfg):
     nd, kind, kw, shape, seed = cfg
@@ -80,7 +82,7 @@ def test_pool_module_matches_torch(dtype, cfg):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@DRAWS
+@FEW_DRAWS
 @given(nd=st.sampled_from([1, 2, 3]), kind=st.sampled_from(["Avg", "Max"]), data=st.data())
 def test_adaptive_pool_module_matches_torch(dtype, nd, kind, data):
     size = tuple(data.draw(st.integers(1, 9)) for _ in range(nd))
@@ -91,6 +93,22 @@ def test_adaptive_pool_module_matches_torch(dtype, nd, kind, data):
     with jax.enable_x64(dtype == np.float64):
         x = np.random.default_rng(seed).standard_normal((2, 2, *size)).astype(dtype)
         assert_within(compare_module(getattr(torch.nn, name)(out), getattr(nn, name)(out), x, seed), dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@DRAWS
+@given(cfg=pool_config())
+def test_pool_module_matches_torch_all_draws(dtype, cfg):
+    test_pool_module_matches_torch.hypothesis.inner_test(dtype, cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@DRAWS
+@given(nd=st.sampled_from([1, 2, 3]), kind=st.sampled_from(["Avg", "Max"]), data=st.data())
+def test_adaptive_pool_module_matches_torch_all_draws(dtype, nd, kind, data):
+    test_adaptive_pool_module_matches_torch.hypothesis.inner_test(dtype, nd, kind, data)
 
 
 @pytest.mark.parametrize("nd", [1, 2, 3])
