@@ -12,12 +12,11 @@ ReLU and max pool; only where the NCHW model would have taken another route
 (``jax_impl/nn/_fast_conv.py``: the GEMM forward at most four times as many
 output pixels as output channels) do the sums run in Eigen's order instead.
 
-Measured on the project's 2-core AMD EPYC (AVX-512), ResNet-18 inference,
-in-process A/B: batch 4 at 224x224 88.4 -> 83.6 ms (torch 86.0), batch 32 at
-64x64 57.1 -> 55.4 ms (torch 54.0). Blocks whose convs take the im2col +
-GEMM route (``_use_gemm``: ResNet-18's last stage at both sizes) stay NCHW:
-that route reads the OIHW weight in place, and channels-last GEMMs measured
-slower (224x224: 83.6 -> 96.3 ms).
+Measured on XLA:CPU, ResNet-18 inference is faster this way at batch 4 and
+224x224 and at batch 32 and 64x64. Blocks whose convs take the im2col + GEMM
+route (``takes_gemm``: ResNet-18's last stage at both sizes) stay NCHW: that
+route reads the OIHW weight in place, and channels-last GEMMs measured
+slower.
 
 Used only in eval mode (BatchNorm with running statistics; training was
 slower channels-last, see the README), on the CPU backend, and while
@@ -40,7 +39,7 @@ import numpy as np
 from jax import lax
 
 from jax_impl.nn import functional as F
-from jax_impl.nn._fast_conv import _out_size, _use_direct, _use_gemm, conv2d_core
+from jax_impl.nn._fast_conv import ConvGeometry, conv2d_core, takes_direct, takes_gemm
 from jax_impl.nn._functional_activation import relu
 from jax_impl.nn._functional_norm import affine, eval_invstd
 
@@ -98,10 +97,10 @@ def conv_shape(conv, x_shape, dtype) -> tuple[int, ...] | None:
             or len(x_shape) != 4 or x_shape[1] != w.shape[1] or x_shape[0] == 0):
         return None
     stride, dilation = F._ntuple(conv.stride, 2, "stride"), F._ntuple(conv.dilation, 2, "dilation")
-    out = _out_size(x_shape, w.shape, stride, pads, dilation)
-    if min(out) < 1 or _use_gemm(x_shape, w.shape, stride, pads, dilation) or _use_direct(w, x_shape, out):
+    geometry = ConvGeometry.of(x_shape, w.shape, stride, pads, dilation)
+    if min(geometry.out_size) < 1 or takes_gemm(geometry) or takes_direct(geometry):
         return None
-    return (x_shape[0], w.shape[0], *out)
+    return (x_shape[0], w.shape[0], *geometry.out_size)
 
 
 def batch_norm_ok(bn) -> bool:

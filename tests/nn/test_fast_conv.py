@@ -26,8 +26,14 @@ import pytest
 import torch
 import torch.nn.functional as TF
 
+from jax_impl.nn import _conv_direct as direct
+from jax_impl.nn import _conv_gemm as gemm
+from jax_impl.nn import _conv_grads as grads
+from jax_impl.nn import _conv_xla as xla
 from jax_impl.nn import _fast_conv as FC
 from jax_impl.nn import functional as F
+
+G = FC.ConvGeometry.of
 
 # (nd, N, C_in, C_out, spatial, kernel, stride, padding, dilation, groups, bias)
 _CASES = [
@@ -57,6 +63,15 @@ _CASES = [
     # not a conv route; the conv itself measured 3.8e-7 (output), 5.0e-7 (input grad), 4.3e-6 (weight grad).
     (2, 64, 3, 6, (32, 32), (5, 5), 1, 0, 1, 1, False),
 ]
+
+
+def _tiered(cases, keep):
+    """``cases`` as pytest parameters, those whose index is not in ``keep`` in the slow tier.
+
+    The default tier keeps a few hand-picked cases of each grid (each route and its main
+    variants); the seeded random cases and the other hand-picked ones run under ``-m slow``.
+    """
+    return [c if i in keep else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
 
 
 def _random_cases(count, seed):
@@ -110,11 +125,11 @@ def _run(case, dtype):
     return errs
 
 
-def _spy(monkeypatch, name, record=lambda *a: 1):
-    """Wrap ``FC.<name>`` so that each call appends ``record(*args)`` to the returned list."""
+def _spy(monkeypatch, module, name, record=lambda *a: 1):
+    """Wrap ``module.<name>`` so that each call appends ``record(*args)`` to the returned list."""
     calls = []
-    original = getattr(FC, name)
-    monkeypatch.setattr(FC, name, lambda *a: calls.append(record(*a)) or original(*a))
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(record(*a)) or original(*a))
     return calls
 
 
@@ -125,12 +140,12 @@ def _check_bounds(case, dtype):
     assert max(errs) <= (1e-5 if dtype == np.float32 else 1e-12), errs
 
 
-@pytest.mark.parametrize("case", _ALL, ids=[str(i) for i in range(len(_ALL))])
+@pytest.mark.parametrize("case", _tiered(_ALL, {0, 2, 6, 7, 10, 11, 16, 17, 18, 19, 20}), ids=[str(i) for i in range(len(_ALL))])
 def test_float32_matches_torch(case):
     _check_bounds(case, np.float32)
 
 
-@pytest.mark.parametrize("case", _CASES[:8] + _CASES[10:17] + _CASES[-1:], ids=[str(i) for i in range(16)])
+@pytest.mark.parametrize("case", _tiered(_CASES[:8] + _CASES[10:17] + _CASES[-1:], {0, 2, 8}), ids=[str(i) for i in range(16)])
 def test_float64_matches_torch(case):
     _check_bounds(case, np.float64)
 
@@ -153,14 +168,14 @@ _DIRECT_GRID = [
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", _DIRECT_GRID, ids=[str(i) for i in range(len(_DIRECT_GRID))])
+@pytest.mark.parametrize("case", _tiered(_DIRECT_GRID, {0, 3}), ids=[str(i) for i in range(len(_DIRECT_GRID))])
 def test_fused_loop_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 0)
-    taken = _spy(monkeypatch, "_direct_once", lambda *a: a[2])
+    taken = _spy(monkeypatch, direct, "direct_once", lambda *a: a[2])
     _check_bounds(case, dtype)
     stride = case[6] if isinstance(case[6], tuple) else (case[6],) * 2
-    assert (taken and set(taken) == {stride}) or FC._use_gemm((case[1], case[2]) + case[4], (case[3], case[2]) + case[5], stride,
-                                             ((0, 0), (0, 0)), (1, 1)), (taken, case)
+    assert (taken and set(taken) == {stride}) or FC.takes_gemm(G((case[1], case[2]) + case[4], (case[3], case[2]) + case[5],
+                                                                stride, ((0, 0), (0, 0)), (1, 1))), (taken, case)
 
 
 # The packed input-gradient route (stride 1, few input channels) on a seeded grid, its work
@@ -194,14 +209,14 @@ _PACKED_GRID += _packed_random_cases(10, seed=5)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", _PACKED_GRID, ids=[str(i) for i in range(len(_PACKED_GRID))])
+@pytest.mark.parametrize("case", _tiered(_PACKED_GRID, {0, 2}), ids=[str(i) for i in range(len(_PACKED_GRID))])
 def test_packed_input_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_PACKED_DX_MIN_WORK", 0)
     monkeypatch.setattr(FC, "_DIRECT_MIN_WORK", 1 << 62)
-    taken = _spy(monkeypatch, "_packed_input_grad", lambda *a: a[1].shape)
-    gemm = _spy(monkeypatch, "_gemm_2d")
+    taken = _spy(monkeypatch, grads, "packed_input_grad", lambda *a: a[1].shape)
+    gemm_calls = _spy(monkeypatch, gemm, "gemm_2d")
     _check_bounds(case, dtype)
-    assert bool(taken) == (case[5][1] > 1 and not gemm and not FC._YNN_CONVS), (taken, case)
+    assert bool(taken) == (case[5][1] > 1 and not gemm_calls and not xla.YNN_CONVS), (taken, case)
 
 
 # The phase-split weight-gradient route (strided convs over batches of at most 4), its output-size
@@ -235,13 +250,13 @@ _PHASE_GRID += _phase_random_cases(10, seed=7)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", _PHASE_GRID, ids=[str(i) for i in range(len(_PHASE_GRID))])
+@pytest.mark.parametrize("case", _tiered(_PHASE_GRID, {0, 2}), ids=[str(i) for i in range(len(_PHASE_GRID))])
 def test_phase_weight_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_PHASE_DW_MIN_PIXELS", 0)
-    taken = _spy(monkeypatch, "_phase_weight_grad", lambda *a: a[3])
-    gemm = _spy(monkeypatch, "_gemm_2d")
+    taken = _spy(monkeypatch, grads, "phase_weight_grad", lambda *a: a[3])
+    gemm_calls = _spy(monkeypatch, gemm, "gemm_2d")
     _check_bounds(case, dtype)
-    assert bool(taken) == (not gemm and not FC._YNN_CONVS), (taken, case)
+    assert bool(taken) == (not gemm_calls and not xla.YNN_CONVS), (taken, case)
 
 
 # The block-split weight-gradient route (stride-1 convs over batches under 16), its output-size
@@ -280,12 +295,12 @@ _BLOCK_GRID += _block_random_cases(10, seed=13)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", _BLOCK_GRID, ids=[str(i) for i in range(len(_BLOCK_GRID))])
+@pytest.mark.parametrize("case", _tiered(_BLOCK_GRID, {0, 3}), ids=[str(i) for i in range(len(_BLOCK_GRID))])
 def test_block_weight_grad_route_matches_torch(case, dtype, monkeypatch):
     monkeypatch.setattr(FC, "_BLOCK_DW_MIN_PIXELS", 0)
-    taken = _spy(monkeypatch, "_block_weight_grad", lambda *a: a[4])
+    taken = _spy(monkeypatch, grads, "block_weight_grad", lambda *a: a[4])
     _check_bounds(case, dtype)
-    assert bool(taken) == (not FC._YNN_CONVS), (taken, case)
+    assert bool(taken) == (not xla.YNN_CONVS), (taken, case)
 
 
 # The GEMM-forward route (N*Ho*Wo <= 4*C_out, not small enough for the full GEMM route): forward
@@ -312,7 +327,7 @@ def _gemm_fwd_random_cases(count, seed):
         sp = tuple(k[i] + int(rng.integers(0, 6)) for i in range(2))
         n, cout = int(rng.integers(1, 4)), int(rng.integers(4, 40))
         case = (2, n, int(rng.integers(1, 9)), cout, sp, k, s, p, 1, 1, bool(rng.integers(0, 2)))
-        ho, wo = FC._out_size((n, case[2]) + sp, (cout, case[2]) + k, s, tuple((q, q) for q in p), (1, 1))
+        ho, wo = xla.out_size((n, case[2]) + sp, (cout, case[2]) + k, s, tuple((q, q) for q in p), (1, 1))
         pointwise = k == (1, 1) and max(s) > 1  # the dot route's
         if ho * wo > k[0] * k[1] and cout < n * ho * wo <= 4 * cout and not pointwise:
             out.append(case)
@@ -323,13 +338,13 @@ _GEMM_FWD_GRID += _gemm_fwd_random_cases(10, seed=11)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", _GEMM_FWD_GRID, ids=[str(i) for i in range(len(_GEMM_FWD_GRID))])
+@pytest.mark.parametrize("case", _tiered(_GEMM_FWD_GRID, {0, 1}), ids=[str(i) for i in range(len(_GEMM_FWD_GRID))])
 def test_gemm_forward_route_matches_torch(case, dtype, monkeypatch):
-    forward = _spy(monkeypatch, "_gemm_2d_t")
-    full_gemm = _spy(monkeypatch, "_gemm_2d")
-    plain = _spy(monkeypatch, "_plain")
+    forward = _spy(monkeypatch, gemm, "gemm_2d_t")
+    full_gemm = _spy(monkeypatch, gemm, "gemm_2d")
+    plain = _spy(monkeypatch, xla, "plain")
     _check_bounds(case, dtype)
-    assert forward and not full_gemm and (plain or FC._YNN_CONVS), (case, forward, full_gemm, plain)
+    assert forward and not full_gemm and (plain or xla.YNN_CONVS), (case, forward, full_gemm, plain)
 
 
 # The strided 1x1 route (a dot over the channels of the strided view, jax's derivatives; no XLA
@@ -364,53 +379,67 @@ _POINTWISE_GRID += _pointwise_random_cases(10, seed=17)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", _POINTWISE_GRID, ids=[str(i) for i in range(len(_POINTWISE_GRID))])
+@pytest.mark.parametrize("case", _tiered(_POINTWISE_GRID, {0, 3}), ids=[str(i) for i in range(len(_POINTWISE_GRID))])
 def test_pointwise_route_matches_torch(case, dtype, monkeypatch):
-    taken = _spy(monkeypatch, "_pointwise_2d")
-    convs = [_spy(monkeypatch, name) for name in ("_plain", "_gemm_2d", "_gemm_2d_t")]
+    taken = _spy(monkeypatch, gemm, "pointwise_2d")
+    convs = [_spy(monkeypatch, module, name) for module, name in ((xla, "plain"), (gemm, "gemm_2d"), (gemm, "gemm_2d_t"))]
     _check_bounds(case, dtype)
     assert taken and not any(convs), (case, taken, convs)
 
 
 def test_routes():
     """Each shape takes the route the benchmarks chose for it."""
-    assert FC._use_gemm((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
-    assert FC._use_gemm((32, 256, 4, 4), (512, 256, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1))  # strided, 2x2 out
-    assert not FC._use_gemm((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
-    assert FC._use_gemm((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))  # 32*2*2 <= 512
-    assert not FC._use_gemm((32, 128, 8, 8), (256, 128, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))  # 32*4*4 > 256
-    assert FC._use_gemm((4, 512, 7, 7), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # 224x224, last stage
-    assert not FC._use_gemm((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # 4*14*14 > 256
-    assert not FC._use_gemm((0, 512, 7, 7), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # empty batch
-    assert FC._use_gemm_forward((4, 256, 14, 14), (256, 256, 3, 3), (14, 14))  # 224x224, stage 3: 784 <= 4*256
-    assert FC._use_gemm_forward((4, 128, 28, 28), (256, 128, 1, 1), (14, 14))  # ... its 1x1/2 downsample
-    assert not FC._use_gemm_forward((4, 128, 28, 28), (128, 128, 3, 3), (28, 28))  # stage 2: 3136 > 4*128
-    assert not FC._use_gemm_forward((32, 128, 8, 8), (128, 128, 3, 3), (8, 8))  # 64x64, stage 2: 2048 > 4*128
-    assert not FC._use_gemm_forward((0, 256, 14, 14), (256, 256, 3, 3), (14, 14))  # empty batch
-    assert FC._block_dw_split((4, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), (56, 56)) == 2  # 224, stage 1
-    assert FC._block_dw_split((4, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1), (28, 28)) == 2  # ... stage 2
-    assert FC._block_dw_split((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), (56, 56)) == 4  # batch 1
-    assert not FC._block_dw_split((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1), (14, 14))  # 14x14
-    assert not FC._block_dw_split((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), (1, 1), (16, 16))  # batch 32
-    assert not FC._block_dw_split((4, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1), (28, 28))  # strided
-    assert not FC._block_dw_split((4, 64, 57, 57), (64, 64, 3, 3), (1, 1), (1, 1), (57, 57))  # odd size
-    assert FC._use_direct(jnp.zeros((6, 3, 5, 5))) and not FC._use_direct(jnp.zeros((16, 6, 5, 5)))
-    assert FC._use_direct(jnp.zeros((6, 3, 5, 5)), (256, 3, 32, 32), (28, 28))  # LeNet conv1, batch 256
-    assert not FC._use_direct(jnp.zeros((6, 1, 3, 3)), (16, 1, 8, 8), (8, 8))  # digits: too little work
-    assert FC._use_packed_dx((256, 6, 14, 14), (16, 6, 5, 5), (1, 1), (1, 1), (10, 10))  # LeNet conv2
-    assert not FC._use_packed_dx((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), (1, 1), (16, 16))  # many channels
-    assert not FC._use_packed_dx((256, 6, 14, 14), (16, 6, 5, 5), (2, 2), (1, 1), (5, 5))  # strided
-    assert FC._use_phase_dw((4, 3, 224, 224), (64, 3, 7, 7), (2, 2), (1, 1), (112, 112))  # ResNet-18 224 stem, batch 4
-    assert FC._use_phase_dw((4, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1), (28, 28))  # ... layer 2's 3x3/2
-    assert not FC._use_phase_dw((4, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1), (14, 14))  # ... layer 3's: 14x14
-    assert not FC._use_phase_dw((4, 64, 56, 56), (128, 64, 1, 1), (2, 2), (1, 1), (28, 28))  # 1x1 downsample
-    assert not FC._use_phase_dw((8, 3, 224, 224), (64, 3, 7, 7), (2, 2), (1, 1), (112, 112))  # batch 8
-    assert not FC._use_phase_dw((4, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), (56, 56))  # stride 1
-    assert FC._use_pointwise((4, 64, 56, 56), (128, 64, 1, 1), (2, 2))  # ResNet-18's downsamples
-    assert FC._use_pointwise((32, 256, 4, 4), (512, 256, 1, 1), (2, 2))  # ... also where the GEMM route fits
-    assert not FC._use_pointwise((4, 256, 56, 56), (64, 256, 1, 1), (1, 1))  # stride 1: XLA's conv
-    assert not FC._use_pointwise((4, 64, 56, 56), (128, 64, 3, 3), (2, 2))  # 3x3
-    assert not FC._use_pointwise((0, 64, 56, 56), (128, 64, 1, 1), (2, 2))  # empty batch
+    same, none = ((1, 1), (1, 1)), ((0, 0), (0, 0))
+    assert FC.takes_gemm(G((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), same, (1, 1)))
+    assert FC.takes_gemm(G((32, 256, 4, 4), (512, 256, 3, 3), (2, 2), same, (1, 1)))  # strided, 2x2 out
+    assert not FC.takes_gemm(G((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), same, (1, 1)))
+    assert FC.takes_gemm(G((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), none, (1, 1)))  # 32*2*2 <= 512
+    assert not FC.takes_gemm(G((32, 128, 8, 8), (256, 128, 1, 1), (2, 2), none, (1, 1)))  # 32*4*4 > 256
+    assert FC.takes_gemm(G((4, 512, 7, 7), (512, 512, 3, 3), (1, 1), same, (1, 1)))  # 224x224, last stage
+    assert not FC.takes_gemm(G((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), same, (1, 1)))  # 4*14*14 > 256
+    assert not FC.takes_gemm(G((0, 512, 7, 7), (512, 512, 3, 3), (1, 1), same, (1, 1)))  # empty batch
+    assert FC.takes_gemm_forward(G((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), same, (1, 1)))  # 224, stage 3: 784 <= 4*256
+    assert FC.takes_gemm_forward(G((4, 128, 28, 28), (256, 128, 1, 1), (2, 2), none, (1, 1)))  # ... its 1x1/2 downsample
+    assert not FC.takes_gemm_forward(G((4, 128, 28, 28), (128, 128, 3, 3), (1, 1), same, (1, 1)))  # stage 2: 3136 > 4*128
+    assert not FC.takes_gemm_forward(G((32, 128, 8, 8), (128, 128, 3, 3), (1, 1), same, (1, 1)))  # 64x64, stage 2: 2048 > 4*128
+    assert not FC.takes_gemm_forward(G((0, 256, 14, 14), (256, 256, 3, 3), (1, 1), same, (1, 1)))  # empty batch
+    assert FC.takes_block_dw(G((4, 64, 56, 56), (64, 64, 3, 3), (1, 1), same, (1, 1)))  # 224, stage 1
+    assert grads.blocks_for(4, (56, 56)) == 2 and grads.blocks_for(4, (28, 28)) == 2  # ... stages 1 and 2
+    assert FC.takes_block_dw(G((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), same, (1, 1)))  # batch 1 ...
+    assert grads.blocks_for(1, (56, 56)) == 4  # ... in 4x4 blocks
+    assert not FC.takes_block_dw(G((4, 256, 14, 14), (256, 256, 3, 3), (1, 1), same, (1, 1)))  # 14x14
+    assert not FC.takes_block_dw(G((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), same, (1, 1)))  # batch 32
+    assert not FC.takes_block_dw(G((4, 64, 56, 56), (128, 64, 3, 3), (2, 2), same, (1, 1)))  # strided
+    assert not FC.takes_block_dw(G((4, 64, 57, 57), (64, 64, 3, 3), (1, 1), same, (1, 1)))  # odd size
+    assert FC.takes_direct(G((256, 3, 32, 32), (6, 3, 5, 5), (1, 1), none, (1, 1)))  # LeNet conv1, batch 256
+    assert not FC.takes_direct(G((256, 6, 14, 14), (16, 6, 5, 5), (1, 1), none, (1, 1)))  # LeNet conv2: 150 taps
+    assert not FC.takes_direct(G((16, 1, 8, 8), (6, 1, 3, 3), (1, 1), same, (1, 1)))  # digits: too little work
+    assert FC.takes_packed_dx(G((256, 6, 14, 14), (16, 6, 5, 5), (1, 1), none, (1, 1)))  # LeNet conv2
+    assert not FC.takes_packed_dx(G((32, 64, 16, 16), (64, 64, 3, 3), (1, 1), same, (1, 1)))  # many channels
+    assert not FC.takes_packed_dx(G((256, 6, 14, 14), (16, 6, 5, 5), (2, 2), none, (1, 1)))  # strided
+    stem = ((3, 3), (3, 3))
+    assert FC.takes_phase_dw(G((4, 3, 224, 224), (64, 3, 7, 7), (2, 2), stem, (1, 1)))  # ResNet-18 224 stem, batch 4
+    assert FC.takes_phase_dw(G((4, 64, 56, 56), (128, 64, 3, 3), (2, 2), same, (1, 1)))  # ... layer 2's 3x3/2
+    assert not FC.takes_phase_dw(G((4, 128, 28, 28), (256, 128, 3, 3), (2, 2), same, (1, 1)))  # ... layer 3's: 14x14
+    assert not FC.takes_phase_dw(G((4, 64, 56, 56), (128, 64, 1, 1), (2, 2), none, (1, 1)))  # 1x1 downsample
+    assert not FC.takes_phase_dw(G((8, 3, 224, 224), (64, 3, 7, 7), (2, 2), stem, (1, 1)))  # batch 8
+    assert not FC.takes_phase_dw(G((4, 64, 56, 56), (64, 64, 3, 3), (1, 1), same, (1, 1)))  # stride 1
+    assert FC.takes_pointwise(G((4, 64, 56, 56), (128, 64, 1, 1), (2, 2), none, (1, 1)))  # ResNet-18's downsamples
+    assert FC.takes_pointwise(G((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), none, (1, 1)))  # ... also where the GEMM route fits
+    assert not FC.takes_pointwise(G((4, 256, 56, 56), (64, 256, 1, 1), (1, 1), none, (1, 1)))  # stride 1: XLA's conv
+    assert not FC.takes_pointwise(G((4, 64, 56, 56), (128, 64, 3, 3), (2, 2), same, (1, 1)))  # 3x3
+    assert not FC.takes_pointwise(G((0, 64, 56, 56), (128, 64, 1, 1), (2, 2), none, (1, 1)))  # empty batch
+
+
+def test_route_table_order():
+    """The table's first applicable row wins; traced-only rows are skipped eagerly."""
+    names = [r.name for r in FC.ROUTES]
+    assert names[-1] == "xla" and len(set(names)) == len(names)
+    downsample = G((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))
+    assert FC.route_for(downsample).name == "pointwise"  # before the GEMM row, which also applies
+    lenet1 = G((256, 3, 32, 32), (6, 3, 5, 5), (1, 1), ((0, 0), (0, 0)), (1, 1))
+    assert FC.route_for(lenet1).name == "direct"
+    assert FC.route_for(lenet1, traced=False).name in ("xla", "ynn_free")
 
 
 def test_forward_mode():
@@ -426,13 +455,13 @@ def test_forward_mode():
 
 _YNN_CHECK = """
 import jax, jax.numpy as jnp
-from jax_impl.nn import _fast_conv as FC
-assert FC._YNN_CONVS
+from jax_impl.nn import _conv_grads as grads, _conv_xla as xla
+assert xla.YNN_CONVS
 x, w, g = jnp.zeros((32, 3, 16, 16)), jnp.zeros((6, 3, 5, 5)), jnp.zeros((32, 6, 12, 12))
 def hlo(fn):
     return jax.jit(lambda w, g: jax.vjp(lambda v: fn(x, v), w)[1](g)).lower(w, g).compile().as_text()
-print("ours", "__ynn_fusion" in hlo(lambda a, b: FC._ynn_free_conv(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1))))
-print("plain", "__ynn_fusion" in hlo(lambda a, b: FC._plain(a, b, (1, 1), [(0, 0), (0, 0)], (1, 1))))
+print("ours", "__ynn_fusion" in hlo(lambda a, b: grads.ynn_free_conv(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1))))
+print("plain", "__ynn_fusion" in hlo(lambda a, b: xla.plain(a, b, (1, 1), [(0, 0), (0, 0)], (1, 1))))
 """
 
 
@@ -453,7 +482,7 @@ def test_weight_grad_leaves_ynn():
 
 
 def test_flag_parsing():
-    f = FC._ynn_takes_convs
+    f = xla.ynn_takes_convs
     key = "--xla_cpu_experimental_ynn_fusion_type="
     assert f("") and f("--xla_cpu_use_thunk_runtime=true")
     assert not f(key) and not f(key + "-individual_convolution") and not f(key + "individual_dot")
