@@ -91,12 +91,10 @@ def ratio(torch_timing: dict[str, Any], ours: dict[str, Any]) -> float:
 def paired_ratio(torch_timing: dict[str, Any], ours: dict[str, Any]) -> float:
     """The median over rounds of torch's block median over ours in the same round (:func:`time_blocks`).
 
-    The shared host's speed drifts by up to ~1.7x within a run, in phases of
-    seconds (AMD EPYC host of 2026-11-25: ResNet-18 64x64 inference read
-    103 ms for JAX in rounds 1-2 and 62-69 ms in rounds 3-4, torch 96 ms in
-    round 1 and 52-64 ms after): a slow phase that covers more of one
-    framework's blocks than the other's moves the ratio of overall medians
-    (0.72 there, where the rounds after the slow phase read 0.90-0.95). The
+    A shared host's speed drifts by up to ~1.7x within a run, in phases of
+    seconds: a slow phase that covers more of one framework's blocks than the
+    other's moves the ratio of overall medians (measured: 0.72 for ResNet-18
+    inference where the rounds after the slow phase read 0.90-0.95). The
     two blocks of a round are adjacent in time, so their ratio cancels a drift
     slower than a round, and the median over rounds discards the rounds a
     phase change cut through.

@@ -110,7 +110,7 @@ def main(argv=None):
     from jax_impl.nn import functional as F
 
     def plain_conv2d(x, w, bias=None, stride=1, padding=0):
-        """XLA's own convolution, as jax_impl.nn.functional.conv2d was before jax_impl/nn/_fast_conv.py."""
+        """XLA's own convolution, without the routes of jax_impl/nn/_fast_conv.py (the baseline they are timed against)."""
         s, p = F._ntuple(stride, 2, "stride"), F._ntuple(padding, 2, "padding")
         y = jax.lax.conv_general_dilated(x, w, s, [(v, v) for v in p], dimension_numbers=("NCHW", "OIHW", "NCHW"),
                                          precision=jax.lax.Precision.HIGHEST)

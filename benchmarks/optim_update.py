@@ -203,7 +203,7 @@ def run_case(case: Case, params_np: dict, grads_np: dict, *, warmup: int, repeat
     calls["optax"] = jax_stepper(case.optax_tx(), params, grads, exact=False)
     times = time_interleaved(calls, warmup=warmup, repeats=repeats)
     # torch on its own: its OpenMP workers and XLA's thread pool spin-wait after work and steal
-    # each other's cores when interleaved (torch's SGD step went from ~15 ms to ~400 ms).
+    # each other's cores when interleaved (measured: torch's SGD step ~25x slower).
     times.update(time_interleaved({"torch": torch_stepper(case, params_np, grads_np, device)}, warmup=warmup, repeats=repeats))
     return times
 

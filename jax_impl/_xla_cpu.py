@@ -3,14 +3,12 @@
 jaxlib 0.10's XLA:CPU hands convolutions with more than 16 channels to
 YNNPACK, whose weight-gradient convolutions are 7-20x slower than XLA's own
 (Eigen) ones on these shapes (benchmarks/conv_speed.py); a whole train step
-with them on measured 4.4x slower for LeNet (batch 256: 104.7 vs 23.6 ms) and
-1.25x for ResNet-18 (batch 4, 224x224: 618.7 vs 496.0 ms). So ``jax_impl``
-switches YNNPACK convolutions off with
-``--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``. (They
-were first switched off as inaccurate, 9% off torch in a ResNet-18 step;
-that was a ReLU mask flipping at a value closer to zero than float32
-rounding, see tests/models/test_models.py. On inputs without such near-ties
-their gradients agree with torch's as closely as Eigen's.)
+with them on measured ~4x slower for LeNet (batch 256) and ~1.25x for
+ResNet-18 (batch 4, 224x224). So ``jax_impl`` switches YNNPACK convolutions
+off with ``--xla_cpu_experimental_ynn_fusion_type=-individual_convolution``.
+Their gradients are as accurate as Eigen's: a ResNet-18 step that differed
+from torch by 9% with them was a ReLU mask flipping at a value closer to
+zero than float32 rounding (see tests/models/test_models.py).
 
 XLA reads ``XLA_FLAGS`` once, when the CPU backend starts, and aborts on
 unknown flags: the flag is added only if the installed jaxlib knows it

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # glibc >= 2.35: malloc's mmap'd chunks are madvise(MADV_HUGEPAGE)d, so with transparent huge pages
 # in "madvise" mode large buffers (XLA's per-call scratch, the parameters) sit on 2 MiB pages.
 # Measured (ResNet-18 inference, 224x224, batch 4, 6 processes each): without it JAX's time per
-# process was bimodal, 80-105 ms by where its buffers landed; with it 81.5-87.5 ms. torch's times
-# did not move. Older glibc ignores the tunable.
+# process was bimodal, up to ~30% apart by where its buffers landed; with it within ~7%. torch's
+# times did not move. Older glibc ignores the tunable.
 HUGETLB_TUNABLE = "glibc.malloc.hugetlb=1"
 
 

@@ -27,9 +27,9 @@ and the tangent selects that view's tangent. jax transposes it into
   never-selecting term adds torch's initial ``+0``, as long as the input is
   traced, as in a train step).
 
-This replaces ``lax.reduce_window``, whose gradient XLA:CPU lowers to a
+``lax.reduce_window`` is not used: XLA:CPU lowers its gradient to a
 variadic reduce-window carrying one int32 index array per dimension plus a
-scatter (LeNet's 256x6x28x28 pool: ~60 ms of a ~70 ms train step).
+scatter, which measured most of a LeNet train step.
 
 A dilated window holding only padding gives ``-inf`` and no gradient; torch's
 CPU backward adds that gradient at an index past the input plane.
@@ -136,8 +136,8 @@ def _window_max_jvp(kernel, stride, pads, dilation, out, primals, tangents):
         # input's own shape (each window's choice repeated over its elements, compared with the
         # element's offset in its window). Its transpose is then one elementwise select in the
         # input's shape, g (upsampled) where chosen else 0: built on the (N, C, O1, K1, O2, K2, ...)
-        # split instead, XLA:CPU emitted it as a scalar loop over the innermost K (LeNet's 2x2
-        # pool gradient at 256x6x28x28: 1.73 -> 0.36 ms). The second, never selecting term
+        # split instead, XLA:CPU emitted it as a scalar loop over the innermost K (measured
+        # ~5x slower for LeNet's 2x2 pool gradient). The second, never selecting term
         # transposes to "+ 0", torch's `grad_input[i] += g` on zeros (-0 -> +0).
         nd = len(kernel)
         split = x.shape[:2] + tuple(v for o, k in zip(out, kernel) for v in (o, k))
@@ -165,8 +165,8 @@ def _phase_tangent(dx, choice, kernel, stride, pads, dilation, out, never):
     block (at most one such element) and shifts the block grid by ``m``. Its
     transpose is a select of the upsampled, shifted gradient in the input's
     shape, which XLA:CPU vectorises (the transposes of the strided views, a
-    sum of interior-padded arrays, ran as scalar loops: ResNet-18's 3x3/2 stem
-    pool at 4x64x112x112, forward and gradient, 13.0 -> 8.9 ms; the same bits).
+    sum of interior-padded arrays, ran as scalar loops, measured ~1.5x slower
+    for ResNet-18's 3x3/2 stem pool; the same bits).
     Terms come in increasing ``m``, after the never-selecting one: the
     transpose adds them in the reverse order, the earliest window (largest
     ``m``) first and ``+0`` last, which is torch's row-major order of the

@@ -1,8 +1,8 @@
 """torch.nn.functional on NCHW jax arrays: conv, pool, linear, pad here; norm, activations, dropout, losses re-exported.
 
 Every function takes torch's argument names and defaults and reproduces its
-output shapes, padding rules and divisors (see REFERENCE-nn-data.md part A,
-checked against torch 2.13 CPU). Inputs may be batched ``(N, C, *S)`` or
+output shapes, padding rules and divisors (``torch/nn/functional.py``,
+``aten/src/ATen/native/ConvUtils.h``, ``Pool.h``; checked against torch 2.13 CPU). Inputs may be batched ``(N, C, *S)`` or
 unbatched ``(C, *S)``, as in torch.
 """
 

@@ -10,7 +10,7 @@ kernels per parameter. :func:`torch_optimizer` assembles both halves into a
   exact float64 expressions. Eagerly it is called directly. Under
   ``jax.jit`` with constant hyperparameters its results for the first steps
   are tabulated when the step is traced and read on device (a
-  ``jax.pure_callback`` would stall every step, ~2 ms at 11.7M parameters);
+  ``jax.pure_callback`` would stall the whole update every step);
   past the table, with schedules, or with a scalar state the table did not
   predict, it runs through ``jax.pure_callback``. Its inputs are the
   step number, the hyperparameters (floats, or schedules evaluated at the
@@ -177,8 +177,8 @@ def torch_optimizer(
 
     Under ``jax.jit`` with constant hyperparameters, the host scalars of the
     first steps are tabulated when the step is traced (:func:`_scalar_table`)
-    and read from the table on device; the ``pure_callback`` (measured ~2 ms a
-    step at 11.7M parameters: it stalls the whole update) runs only past the
+    and read from the table on device; the ``pure_callback`` (it stalls the
+    whole update) runs only past the
     table, or if the float32 scalar state differs from the table's (a state
     loaded from elsewhere). Host schedules marked ``tabulable`` (torch's
     schedulers in :mod:`jax_impl.optim.lr_scheduler`, pure functions of the
@@ -287,7 +287,7 @@ def torch_optimizer(
 
 
 # At most this many steps are tabulated: enough for torch's default betas to converge
-# (~16.6k steps in float32), 0.1-0.5 s of host maths when the step is traced ...
+# (~16.6k steps in float32), under a second of host maths when the step is traced ...
 _TABLE_STEPS = 1 << 15
 # ... and for scalars that never settle (LR schedules, ASGD's eta, Adagrad's lr_decay),
 # whose table is cut off and followed by the callback: parity runs of a few thousand steps.

@@ -3,7 +3,7 @@
 MKL's vectorised ``vsSqrt`` (what torch's CPU ``sqrt`` calls) is not
 correctly rounded, and which kernel runs depends on the CPU: on Intel
 AVX-512 machines it is the rsqrt14 sequence that
-:mod:`jax_impl.optim._mkl_sqrt` emulates; on an AMD EPYC MKL takes an SSE
+:mod:`jax_impl.optim._mkl_sqrt` emulates; on AMD EPYC CPUs MKL takes an SSE
 path built on the CPU's own ``rsqrtps`` table, whose values no document
 specifies (17% of float32 results on [1, 4) differ from IEEE there).
 
@@ -12,12 +12,12 @@ All of these kernels are exactly scale-invariant, ``sqrt(4**k * x) ==
 exponent range, and at lengths 1 to 3 M: no dependence on the length or the
 position in the array), so torch's sqrt is fully described by its 2**24
 float32 values on [1, 4). ``parity.numerics.torch_sqrt_table()`` reads them
-from the installed torch (``torch.sqrt`` of every float32 in [1, 4), 0.03 s,
+from the installed torch (``torch.sqrt`` of every float32 in [1, 4), one call,
 64 MiB) and this module evaluates the table: split ``x = 4**k * t`` with
 ``t`` in [1, 4) (the unbiased exponent's parity picks [1, 2) or [2, 4)),
 look ``sqrt(t)`` up, and add ``k`` to its exponent (exact). Zeros, negative
 numbers, infinities, NaNs and subnormals (which XLA:CPU flushes to zero)
-take ``jnp.sqrt``. One exception measured on an AMD EPYC: in the top
+take ``jnp.sqrt``. One exception measured on AMD EPYC: in the top
 half-binade [2**127, 2**128) 2048 of the 8.4 M values are 1 ULP apart from
 the scaled table (MKL guards against overflow there); squared gradients of
 an optimizer never reach 1.7e38.

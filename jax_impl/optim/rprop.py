@@ -75,10 +75,10 @@ def rprop(
         # torch: p.addcmul_(g.sign(), step_size, value=-1) with g zeroed where flipped,
         # which is the new `prev` (sign * step_size is exact: no rounding to match).
         p = p - ops.sign(prev) * step_size
-        # Why: each output overwrites its own donated buffer, and all three used to read
-        # the old `prev`, so XLA copied `prev` and `step_size` first (1.4x optax). Now
-        # the old `prev` and `step_size` are read only by the step-size kernel and the
-        # `prev` kernel, which runs after it; the parameter reads only new values.
+        # Each output overwrites its own donated buffer: were all three to read the old
+        # `prev`, XLA would copy `prev` and `step_size` first. So the old `prev` and
+        # `step_size` are read only by the step-size kernel and the `prev` kernel, which
+        # runs after it, and the parameter reads only new values.
         return p, prev, step_size
 
     return torch_optimizer(
