@@ -102,38 +102,36 @@ def _write_quietly(report: RunReport, folder: Path | None) -> None:
         pass
 
 
+def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
+    """``jax_impl.train.train_step`` of this run: the input state is kept (no donation), since the step's
+    starting state is the snapshot a divergent step is replayed from."""
+    from jax_impl.train import train_step
+
+    return train_step(graphdef, exp.j_loss, exp.tx, donate=False)
+
+
 @functools.cache
-def _jitted_forward() -> Any:
-    import jax
+def _eval_step(graphdef: Any) -> Any:
+    """One jitted eval forward per model graph, shared by every epoch's evaluation."""
+    from jax_impl.train import eval_step
+
+    return eval_step(graphdef)
+
+
+def _state(exp: Experiment) -> tuple[Any, Any]:
+    """``(graphdef, jax_impl.train.TrainState)`` of the JAX model as it is now, with the run's optimizer state."""
     from flax import nnx
 
-    return jax.jit(lambda graphdef, state, x: nnx.merge(graphdef, state)(x), static_argnums=0)
+    from jax_impl.train import TrainState
+
+    exp.jax_model.train()  # the mode is part of the graph: the epoch's steps run in train mode
+    graphdef, params, rest = nnx.split(exp.jax_model, nnx.Param, ...)
+    return graphdef, TrainState(params, rest, exp.opt_state)
 
 
-def _jax_step_fn(exp: Experiment) -> Any:
-    """One jitted JAX train step over the split model: ``(graphdef, params, rest, opt_state, x, y) -> ...``.
-
-    A pure ``jax.jit`` over ``nnx.split`` pieces (``nnx.jit`` re-walks the
-    module graph on every call); the model is merged back once per epoch.
-    """
-    import jax
-    from flax import nnx
-
-    loss_fn, tx = exp.j_loss, exp.tx
-
-    def step(graphdef, params, rest, opt_state, x, y):
-        model = nnx.merge(graphdef, params, rest)
-        loss, grads = nnx.value_and_grad(lambda m: loss_fn(m(x), y))(model)
-        params, opt_state = tx.step(grads, opt_state, params)
-        return loss, params, nnx.state(model, nnx.Not(nnx.Param)), opt_state
-
-    return jax.jit(step, static_argnums=0)
-
-
-def _compile(exp: Experiment, jax_step: Any, phases: Phases) -> None:
-    """Compile the JAX step for the epoch's batch shapes (full, and the last partial one) before the bar starts."""
+def _compile(exp: Experiment, phases: Phases) -> Any:
+    """The JAX step, compiled for the epoch's batch shapes (full, and the last partial one) before the bar starts."""
     import jax.numpy as jnp
-    from flax import nnx
 
     loader = exp.j_train
     x, y = loader.dataset[0]
@@ -141,21 +139,20 @@ def _compile(exp: Experiment, jax_step: Any, phases: Phases) -> None:
     sizes = {batch} | ({len(loader.dataset) % batch} if not loader.drop_last else set())
     start = time.perf_counter()
     phases("compiling the JAX train step")
-    exp.jax_model.train()  # the mode is part of the graph: the epoch's steps run in train mode
-    graphdef, params, rest = nnx.split(exp.jax_model, nnx.Param, ...)
+    graphdef, state = _state(exp)
+    jax_step = _jax_step_fn(exp, graphdef)
     for size in sorted(sizes - {0}):
         xs = jnp.zeros((size, *np.shape(x)), exp.np_dtype)
         ys = jnp.asarray(np.stack([np.asarray(y)] * size))
-        jax_step(graphdef, params, rest, exp.opt_state, xs, ys)[0].block_until_ready()
+        jax_step(state, xs, ys)[1].block_until_ready()
     phases(f"compiled in {time.perf_counter() - start:.1f}s; training")
+    return jax_step
 
 
 def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int | None, total: int,
            folder: Path | None, phases: Phases, progress: bool, start_epoch: int, step: int) -> None:
     cfg = exp.config
-    jax_step = _jax_step_fn(exp) if only != "torch" else None
-    if jax_step is not None:
-        _compile(exp, jax_step, phases)
+    jax_step = _compile(exp, phases) if only != "torch" else None
     mode = getattr(cfg.train, "checkpoint", "every")
     with step_bar(progress) as bar:
         task = bar.add_task(cfg.name, total=total, info="")
@@ -178,12 +175,12 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
     import jax.numpy as jnp
     from flax import nnx
 
+    from jax_impl.train import merge_model
+
     cfg, tol = exp.config, exp.config.train.tolerance
     per_step_schedule = exp.t_sched is not None and cfg.scheduler.interval == "step"
     exp.torch_model.train()
-    exp.jax_model.train()
-    graphdef, j_params, j_rest = nnx.split(exp.jax_model, nnx.Param, ...)
-    opt_state = exp.opt_state
+    graphdef, state = _state(exp)
     t_time = j_time = 0.0
     for (tx_b, ty_b), (jx_b, jy_b) in zip(exp.t_train, exp.j_train, strict=True):
         if max_steps is not None and step >= max_steps:
@@ -192,7 +189,7 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
         hunting = only is None and report.first_divergent_step is None
         if hunting:  # both models as they enter this step, to replay it layer by layer if it diverges
             t_snap = {k: v.detach().clone() for k, v in exp.torch_model.state_dict().items()}
-            j_snap = (j_params, j_rest)  # immutable arrays: holding them is the snapshot
+            j_snap = state  # immutable arrays, not donated: holding them is the snapshot
         if only != "jax":
             start = time.perf_counter()
             exp.t_opt.zero_grad()
@@ -205,21 +202,19 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
             t_time += time.perf_counter() - start
         if only != "torch":
             start = time.perf_counter()
-            j_loss, j_params, j_rest, opt_state = jax_step(
-                graphdef, j_params, j_rest, opt_state, jnp.asarray(np.asarray(jx_b), exp.np_dtype),
-                jnp.asarray(np.asarray(jy_b)))
+            state, j_loss = jax_step(state, jnp.asarray(np.asarray(jx_b), exp.np_dtype), jnp.asarray(np.asarray(jy_b)))
             record["jax_loss"] = float(j_loss)
             j_time += time.perf_counter() - start
         report.steps.append(record)
         _stop_if_not_finite(report, record, step, epoch, exp)
         if hunting and abs(record["torch_loss"] - record["jax_loss"]) > tol.atol + tol.rtol * abs(record["torch_loss"]):
             report.first_divergent_step = step
-            report.first_divergent_layer = _replay_step(exp, t_snap, nnx.merge(graphdef, *j_snap), tx_b)
+            report.first_divergent_layer = _replay_step(exp, t_snap, merge_model(graphdef, j_snap), tx_b)
         step += 1
         info = " ".join(f"{k.split('_')[0]} {record[k]:.4f}" for k in ("torch_loss", "jax_loss") if k in record)
         bar.update(task, advance=1, info=f"epoch {epoch + 1}/{cfg.train.epochs} loss {info}")
-    nnx.update(exp.jax_model, j_params, j_rest)
-    exp.opt_state = opt_state
+    nnx.update(exp.jax_model, state.params, state.buffers)
+    exp.opt_state = state.opt_state
     if exp.t_sched is not None and cfg.scheduler.interval == "epoch" and only != "jax":
         exp.t_sched.step()
     return t_time, j_time, step
@@ -268,16 +263,15 @@ def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
 
     t_pred, j_pred, labels = [], [], []
     exp.torch_model.eval()
-    exp.jax_model.eval()
-    graphdef, state = nnx.split(exp.jax_model)
-    forward = _jitted_forward()
+    graphdef, state = _state(exp)
+    forward = _eval_step(graphdef)
     for (tx, ty), (jx, _) in zip(*exp.eval_loaders, strict=True):
         labels.append(ty.numpy())
         if only != "jax":
             with torch.no_grad():
                 t_pred.append(exp.torch_model(tx.to(exp.t_dtype)).argmax(1).numpy())
         if only != "torch":
-            j_pred.append(np.asarray(forward(graphdef, state, jnp.asarray(np.asarray(jx), exp.np_dtype)).argmax(1)))
+            j_pred.append(np.asarray(forward(state, jnp.asarray(np.asarray(jx), exp.np_dtype)).argmax(1)))
     y = np.concatenate(labels) if labels else np.zeros(0)
     t = np.concatenate(t_pred) if t_pred else None
     j = np.concatenate(j_pred) if j_pred else None

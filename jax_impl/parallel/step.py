@@ -33,12 +33,13 @@ for N ranks on a single GPU).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 from jax import lax
+
+from jax_impl.train import TrainState, init_train_state, loss_and_grads, merge_model
 
 __all__ = [
     "AXIS",
@@ -54,25 +55,6 @@ __all__ = [
 ]
 
 AXIS = "batch"  # the default name of the replica axis
-
-
-class TrainState(NamedTuple):
-    """What a data-parallel step carries: the model split in two, and the optimizer state."""
-
-    params: Any  # nnx.State of nnx.Param
-    buffers: Any  # nnx.State of everything else (BatchNorm statistics, counters)
-    opt_state: Any
-
-
-def init_train_state(model: nnx.Module, tx: Any) -> tuple[Any, TrainState]:
-    """Splits ``model`` into ``(graphdef, TrainState)``; ``tx`` is a ``jax_impl.optim`` transformation."""
-    graphdef, params, buffers = nnx.split(model, nnx.Param, ...)
-    return graphdef, TrainState(params, buffers, tx.init(params))
-
-
-def merge_model(graphdef: Any, state: TrainState) -> nnx.Module:
-    """The model back from its graph and (unreplicated) state."""
-    return nnx.merge(graphdef, state.params, state.buffers)
 
 
 def _from_replica_zero(tree: Any, axis_name: str) -> Any:
@@ -111,13 +93,7 @@ def train_step_fn(
     import optax
 
     def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
-        def local_loss(params):
-            # Fresh variables for the buffers: BatchNorm updates them inside this (grad) trace.
-            model = nnx.merge(graphdef, params, jax.tree.map(lambda v: v, state.buffers))
-            loss = loss_fn(model(x), y)
-            return loss, nnx.state(model, nnx.Not(nnx.Param))
-
-        (loss, buffers), grads = jax.value_and_grad(local_loss, has_aux=True)(state.params)
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
         grads = lax.pmean(grads, axis_name)
         if hasattr(tx, "step"):
             params, opt_state = tx.step(grads, state.opt_state, state.params)
