@@ -70,36 +70,32 @@ def gemm_2d_t(x, w, stride, pads, dilation):
     return y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def gemm_conv(x, w, stride, pads, dilation):
-    """im2col + GEMM: forward by :func:`gemm_2d_t`, derivatives those of :func:`gemm_2d` (the same bilinear map)."""
-    return gemm_2d_t(x, w, stride, pads, dilation)
+def _gemm_t_forward(tangent_conv, doc: str):
+    """A conv whose forward is :func:`gemm_2d_t` and whose tangent maps are ``tangent_conv``'s
+    (the same bilinear map): a ``custom_jvp``, so reverse mode runs ``tangent_conv``'s transposes."""
+
+    @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+    def conv(x, w, stride, pads, dilation):
+        return gemm_2d_t(x, w, stride, pads, dilation)
+
+    def conv_jvp(stride, pads, dilation, primals, tangents):
+        (x, w), (dx, dw) = primals, tangents
+        return xla.bilinear_jvp(gemm_2d_t(x, w, stride, pads, dilation), dx, dw,
+                                lambda t: tangent_conv(t, w, stride, pads, dilation),
+                                lambda t: tangent_conv(x, t, stride, pads, dilation))
+
+    conv.defjvp(conv_jvp, symbolic_zeros=True)
+    conv.__doc__ = doc
+    return conv
 
 
-def _gemm_conv_jvp(stride, pads, dilation, primals, tangents):
-    (x, w), (dx, dw) = primals, tangents
-    return xla.bilinear_jvp(gemm_2d_t(x, w, stride, pads, dilation), dx, dw,
-                            lambda t: gemm_2d(t, w, stride, pads, dilation),
-                            lambda t: gemm_2d(x, t, stride, pads, dilation))
-
-
-gemm_conv.defjvp(_gemm_conv_jvp, symbolic_zeros=True)
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def gemm_forward_conv(x, w, stride, pads, dilation):
-    """:func:`gemm_2d_t`'s forward; derivatives XLA's conv rules (the same bilinear map)."""
-    return gemm_2d_t(x, w, stride, pads, dilation)
-
-
-def _gemm_forward_conv_jvp(stride, pads, dilation, primals, tangents):
-    (x, w), (dx, dw) = primals, tangents
-    return xla.bilinear_jvp(gemm_2d_t(x, w, stride, pads, dilation), dx, dw,
-                            lambda t: xla.plain(t, w, stride, list(pads), dilation),
-                            lambda t: xla.plain(x, t, stride, list(pads), dilation))
-
-
-gemm_forward_conv.defjvp(_gemm_forward_conv_jvp, symbolic_zeros=True)
+# The tangent convs are looked up when called (``gemm_2d``, ``xla.plain``), so a test can replace them.
+gemm_conv = _gemm_t_forward(
+    lambda x, w, stride, pads, dilation: gemm_2d(x, w, stride, pads, dilation),
+    "im2col + GEMM: forward by :func:`gemm_2d_t`, derivatives those of :func:`gemm_2d` (the same bilinear map).")
+gemm_forward_conv = _gemm_t_forward(
+    lambda x, w, stride, pads, dilation: xla.plain(x, w, stride, list(pads), dilation),
+    ":func:`gemm_2d_t`'s forward; derivatives XLA's conv rules (the same bilinear map).")
 
 
 def pointwise_2d(x, w, stride, pads):
