@@ -136,23 +136,77 @@ def lr_at(schedule: Any, cfg: Any, step: int, epoch: int) -> float:
     return float(schedule(step if cfg.scheduler.interval == "step" else epoch))
 
 
-def build_experiment(cfg: Any) -> Experiment:
+def build_experiment(cfg: Any, *, torch_model: torch.nn.Module | None = None, jax_model: Any = None,
+                     train_data: Any = None, val_data: Any = None) -> Experiment:
     """Both sides of ``cfg`` at step 0.
+
+    Args:
+      cfg: the experiment config.
+      torch_model, jax_model: the user's own pair instead of ``cfg.model``
+        (both or neither); the JAX model takes the torch model's current
+        weights. Both are trained in place.
+      train_data, val_data: ``(inputs, targets)`` NumPy arrays instead of
+        ``cfg.data.dataset`` (``val_data`` optional); both frameworks'
+        loaders read them with ``cfg.data``'s batch size and shuffling.
 
     Raises:
       ConfigError: a setting torch or jax_impl rejects (torch's own
         ``ValueError``/``TypeError`` messages, ``NotImplementedError`` for
         what jax_impl lacks), with the original message.
     """
+    if (torch_model is None) != (jax_model is None):
+        raise ConfigError("give both torch_model and jax_model, or neither")
+    if val_data is not None and train_data is None:
+        raise ConfigError("val_data needs train_data")
     try:
-        return _build(cfg)
+        return _build(cfg, (torch_model, jax_model) if torch_model is not None else None,
+                      (train_data, val_data) if train_data is not None else None)
     except ConfigError:
         raise
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
 
 
-def _build(cfg: Any) -> Experiment:
+def _user_models(torch_model: torch.nn.Module, jax_model: Any) -> tuple[torch.nn.Module, Any]:
+    from parity.convert.modules import load_torch_state_dict
+
+    if not isinstance(torch_model, torch.nn.Module):
+        raise ConfigError(f"torch_model must be a torch.nn.Module, got {type(torch_model).__name__}")
+    load_torch_state_dict(jax_model, torch_model.state_dict())
+    return torch_model, jax_model
+
+
+def _array_datasets(data: Any, what: str) -> tuple[Any, Any]:
+    """``(torch TensorDataset, jax_impl TensorDataset)`` over the same ``(inputs, targets)`` arrays."""
+    from jax_impl.data import TensorDataset
+
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise ConfigError(f"{what} must be (inputs, targets) arrays, got {type(data).__name__}")
+    x, y = (np.asarray(a) for a in data)
+    if len(x) != len(y):
+        raise ConfigError(f"{what}: {len(x)} inputs but {len(y)} targets")
+    return torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), TensorDataset(x, y)
+
+
+def _probe(torch_model: torch.nn.Module, loader: Any, dtype: torch.dtype) -> None:
+    """One sample through the torch model in eval mode (no state changes): a model that does not fit the data
+    fails here, as bad input, before anything is written."""
+    x = loader.dataset[0][0]
+    x = torch.as_tensor(np.asarray(x))[None].to(dtype)
+    was_training = torch_model.training
+    torch_model.eval()
+    try:
+        with torch.no_grad():
+            torch_model(x)
+    except Exception as error:  # noqa: BLE001 - whatever the user's forward raises, it is the model/data mismatch
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"the torch model fails on a sample of shape {tuple(x.shape[1:])} of the data: {first}",
+                          path="model") from None
+    finally:
+        torch_model.train(was_training)
+
+
+def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any] | None = None) -> Experiment:
     from flax import nnx
 
     import jax_impl.nn as jnn
@@ -162,21 +216,28 @@ def _build(cfg: Any) -> Experiment:
     from torch_ref.lr_scheduler import build_scheduler
 
     t_dtype, np_dtype = float_dtypes(cfg.train.dtype)
-    torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+    torch_model, jax_model = _user_models(*models) if models else build_models(cfg.model, seed=cfg.train.seed)
     torch_model = torch_model.to(t_dtype)
     cast_jax_model(jax_model, np_dtype)
 
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
 
+    def datasets(train: bool) -> tuple[Any, Any]:
+        if data is not None:
+            return _array_datasets(data[0 if train else 1], "train_data" if train else "val_data")
+        return (tdata.build_dataset(cfg.data.dataset, train=train, **split),
+                jdata.build_dataset(cfg.data.dataset, train=train, **split))
+
     def loaders(train: bool) -> tuple[Any, Any]:
         extra = {} if train else {"train": False}
-        return (tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=train, **split),
-                                       seed=cfg.train.seed, **extra),
-                jdata.build_dataloader(cfg.data, jdata.build_dataset(cfg.data.dataset, train=train, **split),
-                                       seed=cfg.train.seed, **extra))
+        t_set, j_set = datasets(train)
+        return (tdata.build_dataloader(cfg.data, t_set, seed=cfg.train.seed, **extra),
+                jdata.build_dataloader(cfg.data, j_set, seed=cfg.train.seed, **extra))
 
     t_train, j_train = loaders(True)
-    eval_loaders = loaders(False) if cfg.data.val_fraction > 0 else None
+    has_val = data[1] is not None if data is not None else cfg.data.val_fraction > 0
+    eval_loaders = loaders(False) if has_val else None
+    _probe(torch_model, t_train, t_dtype)
     steps_per_epoch = len(t_train)
     t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
     t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None

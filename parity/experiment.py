@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from parity.config import ConfigError
 from parity.progress import Phases
 from parity.report import RunReport
 from parity.runner import DivergenceError, run_single
@@ -22,7 +23,8 @@ __all__ = ["DivergenceError", "RunReport", "run_experiment"]
 def run_experiment(config: Any, *, only: str | None = None, max_steps: int | None = None,
                    runs_dir: str | os.PathLike = "runs", write: bool = True, progress: bool = True,
                    resume: str | os.PathLike | None = None, resume_from: str | None = None,
-                   allow_config_change: bool = False, phases: Phases | None = None) -> RunReport:
+                   allow_config_change: bool = False, phases: Phases | None = None, torch_model: Any = None,
+                   jax_model: Any = None, train_data: Any = None, val_data: Any = None) -> RunReport:
     """Train ``config`` in both frameworks (or one, ``only='torch'|'jax'``) and compare them.
 
     Both sides start from identical weights (the seeded torch model's,
@@ -42,6 +44,10 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
       allow_config_change: resume although the config differs from the
         checkpoint's; both frameworks then use this config's values.
       phases: where phase lines go (default: stderr when ``progress``).
+      torch_model, jax_model: your own pair (a ``torch.nn.Module`` and a ``jax_impl.nn``
+        module with the same state-dict keys) instead of ``config.model``; the JAX model
+        starts from the torch model's weights; both are trained in place.
+      train_data, val_data: ``(inputs, targets)`` arrays instead of ``config.data.dataset``.
 
     Returns:
       The :class:`parity.report.RunReport`; ``report.passed`` is False when the
@@ -60,7 +66,11 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
     if only not in (None, "torch", "jax"):
         raise ValueError(f"only must be 'torch', 'jax' or None, got {only!r}")
     phases = phases or Phases(enabled=progress)
+    objects = {k: v for k, v in {"torch_model": torch_model, "jax_model": jax_model, "train_data": train_data,
+                                 "val_data": val_data}.items() if v is not None}
     if config.parallel is not None and config.parallel.world_size > 1:
+        if objects:
+            raise ConfigError("data-parallel runs take the config's model and data, not Python objects")
         from parity.parallel_runner import run_data_parallel
 
         return run_data_parallel(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
@@ -71,7 +81,7 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
     try:
         return run_single(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
                           progress=progress, resume=resume, resume_from=resume_from,
-                          allow_config_change=allow_config_change, phases=phases)
+                          allow_config_change=allow_config_change, phases=phases, **objects)
     finally:
         jax.config.update("jax_enable_x64", previous_x64)
         set_sqrt_mode(previous_sqrt)

@@ -24,7 +24,7 @@ from flax import nnx
 from jax_impl.nn import channels_last_eval
 from parity.convert.modules import module_state
 
-__all__ = ["LayerRecord", "ModelComparison", "build_models", "compare_models", "input_shape", "summary"]
+__all__ = ["LayerRecord", "ModelComparison", "build_models", "compare_models", "import_object", "input_shape", "summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +273,8 @@ def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.M
     import torch_ref.models as tm
     from parity.convert.modules import load_torch_state_dict
 
+    if getattr(model_config, "is_user_model", False):
+        return _build_user_models(model_config, seed)
     kwargs = model_config.resolved_kwargs()
     torch.manual_seed(seed)
     torch_model = getattr(tm, model_config.name)(**kwargs)
@@ -291,6 +293,57 @@ def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.M
     else:
         jax_model = build()
     load_torch_state_dict(jax_model, torch_model.state_dict())
+    return torch_model, jax_model
+
+
+def import_object(path: str, key: str) -> Any:
+    """``"package.module:attribute"`` imported, the working directory first on ``sys.path`` (as ``python -m`` does).
+
+    Raises:
+      ConfigError: naming ``key`` (the config key that gave ``path``) and why the import failed.
+    """
+    import importlib
+    import os
+    import sys
+
+    from parity.config import ConfigError
+
+    module_name, _, attribute = path.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"cannot import {module_name!r} ({error}); is it on PYTHONPATH or in the working "
+                          "directory?", path=key) from None
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"module {module_name!r} has no attribute {attribute!r}", path=key)
+        obj = getattr(obj, part)
+    return obj
+
+
+def _build_user_models(model_config, seed: int) -> tuple[torch.nn.Module, nnx.Module]:
+    """The user's torch model (built after ``torch.manual_seed(seed)``) and JAX twin holding its weights."""
+    from parity.config import ConfigError
+    from parity.convert.modules import load_torch_state_dict
+
+    kwargs = model_config.resolved_kwargs()
+    torch_factory = import_object(model_config.torch, "model.torch")
+    jax_factory = import_object(model_config.jax, "model.jax")
+    torch.manual_seed(seed)
+    torch_model = torch_factory(**kwargs)
+    if not isinstance(torch_model, torch.nn.Module):
+        raise ConfigError(f"{model_config.torch}(**kwargs) returned a {type(torch_model).__name__}, not a "
+                          "torch.nn.Module", path="model.torch")
+    jax_model = jax_factory(**kwargs)
+    if not isinstance(jax_model, nnx.Module):
+        raise ConfigError(f"{model_config.jax}(**kwargs) returned a {type(jax_model).__name__}, not a flax.nnx "
+                          "Module (a jax_impl.nn model)", path="model.jax")
+    try:
+        load_torch_state_dict(jax_model, torch_model.state_dict())
+    except RuntimeError as error:
+        raise ConfigError(f"the JAX model cannot hold the torch model's weights: {error}", path="model.jax") from None
     return torch_model, jax_model
 
 

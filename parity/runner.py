@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 from parity.build import Experiment, build_experiment, lr_at
 from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_checkpoint
 from parity.compare import compare, scaled_error
+from parity.config import ConfigError
 from parity.files import make_run_folder
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
@@ -43,11 +45,14 @@ class DivergenceError(RuntimeError):
 def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = None,
                runs_dir: str | Path = "runs", write: bool = True, progress: bool = True,
                resume: str | Path | None = None, resume_from: str | None = None,
-               allow_config_change: bool = False, phases: Phases | None = None) -> RunReport:
-    """Train ``cfg`` on one device in both frameworks (or one, ``only``); see :func:`parity.experiment.run_experiment`."""
+               allow_config_change: bool = False, phases: Phases | None = None, **objects: Any) -> RunReport:
+    """Train ``cfg`` on one device in both frameworks (or one, ``only``); see :func:`parity.experiment.run_experiment`.
+
+    ``objects`` are :func:`parity.build.build_experiment`'s ``torch_model``, ``jax_model``, ``train_data``
+    and ``val_data``."""
     phases = phases or Phases(enabled=progress)
     phases("building both models, loaders and optimizers")
-    exp = build_experiment(cfg)
+    exp = build_experiment(cfg, **objects)
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
     total = exp.total_steps(max_steps)
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=total)
@@ -66,12 +71,17 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
         if write and (ckpt.path.parent / "report.json").exists():
             folder = ckpt.path.parent  # the run goes on in its own folder: one report from step 0
         phases(f"resuming from {ckpt.path} at step {step} (epoch {start_epoch})")
-    if write and folder is None:
+    created = write and folder is None
+    if created:
         folder = make_run_folder(runs_dir, cfg.name)
     report.run_dir = None if folder is None else str(folder)
     try:
         _train(exp, report, only, max_steps, total, folder, phases, progress, start_epoch, step)
     except DivergenceError:
+        raise
+    except ConfigError:
+        if created:  # bad input found while compiling: nothing ran, nothing stays written
+            shutil.rmtree(folder, ignore_errors=True)
         raise
     except BaseException as error:
         report.interrupted = True
@@ -144,7 +154,12 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
     for size in sorted(sizes - {0}):
         xs = jnp.zeros((size, *np.shape(x)), exp.np_dtype)
         ys = jnp.asarray(np.stack([np.asarray(y)] * size))
-        jax_step(state, xs, ys)[1].block_until_ready()
+        try:
+            jax_step(state, xs, ys)[1].block_until_ready()
+        except (TypeError, ValueError) as error:  # shapes and dtypes: the JAX model does not fit the data
+            first = str(error).strip().splitlines()[0][:200]
+            raise ConfigError(f"the JAX model's train step fails on a batch of shape {tuple(xs.shape)}: {first}",
+                              path="model") from None
     phases(f"compiled in {time.perf_counter() - start:.1f}s; training")
     return jax_step
 

@@ -307,6 +307,8 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
         raise ConfigError(f"expected a mapping with a 'name' key, or a name, got {type(raw).__name__}", path=path)
     section = cls.section
     kind = registry.SECTIONS[section]
+    if section == "model" and ("torch" in raw or "jax" in raw):
+        return _user_model(cls, raw, path)
     if "name" not in raw:
         raise ConfigError(f"missing required key 'name' (the {kind} class name)", path=path)
     name = raw["name"]
@@ -337,6 +339,28 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
         if param.required and key not in kwargs:
             raise ConfigError(f"missing required key (an argument of {name} without a default)", path=_join(path, key))
     return cls(name=name, kwargs=kwargs, **extras)
+
+
+def _user_model(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:
+    """``model: {torch: "pkg.module:Factory", jax: "pkg.module:Factory", kwargs: {...}}``."""
+    allowed = ("torch", "jax", "kwargs")
+    for key in raw:
+        if key not in allowed:
+            raise unknown_key_error(path, str(key), allowed)
+    for key in ("torch", "jax"):
+        value = raw.get(key)
+        if value is None:
+            raise ConfigError("missing required key: a user model names both sides, e.g. "
+                              f"{key}: \"my_models:Net\"", path=_join(path, key))
+        module, _, attribute = value.partition(":") if isinstance(value, str) else ("", "", "")
+        if not module or not attribute or not all(part.isidentifier() for part in (*module.split("."), *attribute.split("."))):
+            raise ConfigError(f"expected an import path 'package.module:attribute', got {describe_value(value)}",
+                              path=_join(path, key))
+    kwargs = raw.get("kwargs", {})
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise ConfigError(f"expected a mapping of keyword arguments, got {describe_value(kwargs)}",
+                          path=_join(path, "kwargs"))
+    return cls(name=raw["torch"], kwargs=dict(kwargs), torch=raw["torch"], jax=raw["jax"])
 
 
 def _param_groups(raw: Any, params: Mapping[str, registry.Param], path: str) -> tuple[ParamGroupConfig, ...]:

@@ -65,9 +65,33 @@ class NamedSection:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(NamedSection):
-    """``torch_ref.models.<name>(**kwargs)`` and ``jax_impl.models.<name>(**kwargs)``."""
+    """A built-in model, ``torch_ref.models.<name>(**kwargs)`` and ``jax_impl.models.<name>(**kwargs)``, or
+    the user's own pair given by import path::
+
+        model: {torch: "my_models:Net", jax: "my_models_jax:Net", kwargs: {hidden: 128}}
+
+    ``torch`` and ``jax`` name a class or any callable (``"package.module:attribute"``,
+    importable from the working directory or ``PYTHONPATH``) returning a
+    ``torch.nn.Module`` and a ``jax_impl.nn`` module with the same state-dict
+    keys; both are called with ``kwargs``. The JAX model starts from the torch
+    model's weights.
+    """
 
     section: ClassVar[str] = "model"
+    torch: str | None = None
+    jax: str | None = None
+
+    @property
+    def is_user_model(self) -> bool:
+        return self.torch is not None
+
+    def resolved_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs) if self.is_user_model else super().resolved_kwargs()
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.is_user_model:
+            return {"torch": self.torch, "jax": self.jax, "kwargs": dict(self.kwargs)}
+        return super().to_dict()
 
 
 @dataclasses.dataclass(frozen=True)
