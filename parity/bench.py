@@ -133,7 +133,7 @@ def _machine(data: dict[str, Any]) -> dict[str, Any]:
 def _section_train_step(data: dict[str, Any]) -> list[str]:
     lines = ["## Train step and inference", "",
              "Float32, random data, CrossEntropyLoss, SGD(lr=0.01, momentum=0.9). torch: eager; JAX: one "
-             "`jax.jit` of the split model with the state donated. Bars (issue #10): train ratio >= 1.0 for "
+             "`jax.jit` of the split model with the state donated. Targets: train ratio >= 1.0 for "
              "LeNet and >= 0.8 (time <= 1.25x torch's) for ResNet-18; inference >= 1.0. Times are medians over "
              "all calls; a ratio is paired by round (the calls run in alternating rounds of a JAX block and a "
              "torch block): the median over rounds of torch's block median / JAX's, which cancels the shared "
@@ -182,7 +182,7 @@ def _section_conv(data: dict[str, Any]) -> list[str]:
 
 def _section_optim(data: dict[str, Any]) -> list[str]:
     lines = ["## Optimizer update, 11.7M parameters", "",
-             "One jitted, donated update of ResNet-18's parameter tree. Bar (issue #3): ours <= 1.1x the "
+             "One jitted, donated update of ResNet-18's parameter tree. Target: ours <= 1.1x the "
              "nearest optax built-in. `table`/`mkl` are the torch-sqrt parity modes, `ieee` plain sqrt.", ""]
     return lines + _optim_table(data, ms_digits=1, mkl=True, torch_ratio_digits=1)
 
