@@ -45,6 +45,7 @@ class Experiment:
     opt_state: Any
     t_loss: Any
     j_loss: Any
+    floor: Any = None  # parity.floor.FloorReference of a float32 run, set by the runner
 
     def total_steps(self, max_steps: int | None) -> int:
         """Optimizer steps of the whole run: every epoch's batches, capped by ``max_steps``."""

@@ -39,9 +39,9 @@ FORMAT = "parity-checkpoint"
 VERSION = 1
 
 # Keys a resumed run may change freely: how long it runs, how often it saves,
-# how strictly it is judged and what it is called. Any other key changes the
+# how strictly it is judged (and against what) and what it is called. Any other key changes the
 # trajectory and needs `--allow-config-change`.
-FREE_KEYS = ("name", "train.epochs", "train.max_steps", "train.checkpoint", "train.tolerance")
+FREE_KEYS = ("name", "train.epochs", "train.max_steps", "train.checkpoint", "train.tolerance", "train.floor")
 
 
 class CheckpointError(ConfigError):

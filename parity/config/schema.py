@@ -207,6 +207,10 @@ class TrainConfig:
     ``checkpoint`` says when the run folder's ``checkpoint.pt`` (what
     ``parity run --resume`` continues from) is written: ``"every"`` after each
     epoch, ``"last"`` only after the final epoch, ``"none"`` never.
+
+    ``floor`` (float32 runs): train torch a second time in float64 beside
+    the run and report torch's own float32-vs-float64 distance, the precision
+    floor the verdict falls back on (:mod:`parity.floor`).
     """
 
     epochs: int = 3
@@ -214,6 +218,7 @@ class TrainConfig:
     dtype: Literal["float32", "float64"] = "float32"
     max_steps: int | None = None
     checkpoint: Literal["every", "last", "none"] = "every"
+    floor: bool = True
     loss: LossConfig = dataclasses.field(default_factory=lambda: LossConfig("CrossEntropyLoss"))
     tolerance: ToleranceConfig = dataclasses.field(default_factory=ToleranceConfig)
 

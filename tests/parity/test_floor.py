@@ -1,0 +1,52 @@
+"""The verdict against torch's own float32 floor: torch trained again in float64 beside a float32 run."""
+
+from __future__ import annotations
+
+import math
+
+from parity.config import load_config
+from parity.experiment import run_experiment
+from parity.floor import FLOOR_FACTOR, torch_precision_floor
+
+BATCH_64 = ["data.batch_size=64", "train.epochs=2"]  # 46 steps; Adam's float32 chaos passes rtol 1e-4 by step 46
+
+
+def test_chaotic_float32_run_passes_by_the_floor_torch_itself_sets():
+    """LeNet/Adam on batches of 64: JAX ends 2.9e-4 from torch (beyond rtol 1e-4), torch's float32 run ends
+    1.0e-4 from torch's float64 run; the floor is the same number torch_precision_floor measures alone."""
+    cfg = load_config("lenet_digits", BATCH_64)
+    report = run_experiment(cfg, write=False, progress=False)
+    last = report.epochs[-1]
+    assert last.param_max_rel > cfg.train.tolerance.rtol
+    assert report.passed and report.passed_by == "floor"
+    assert last.param_max_rel <= FLOOR_FACTOR * last.floor_max_rel
+    assert report.verdict().startswith("PASSED by torch's float32 floor: parameters max rel ")
+    alone = torch_precision_floor(cfg, 46)
+    assert (last.floor_max_rel, last.floor_worst) == (alone["max_rel"], alone["worst"])
+    assert all("torch_f64_loss" in s for s in report.steps)
+
+
+def test_a_porting_bug_fails_whatever_the_floor(monkeypatch):
+    """fc3's bias nudged after conversion: 5 steps in, JAX is far beyond 5x a floor of ~1e-7."""
+    import parity.models as PM
+
+    real = PM.build_models
+
+    def nudged(*args, **kwargs):
+        t, j = real(*args, **kwargs)
+        j.fc3.bias[...] = j.fc3.bias[...].at[0].add(0.5)
+        return t, j
+
+    monkeypatch.setattr(PM, "build_models", nudged)
+    report = run_experiment(load_config("lenet_digits"), max_steps=5, write=False, progress=False)
+    assert not report.passed and report.passed_by == "tolerance"
+    assert "beyond rtol 0.0001 and beyond 5x torch's own float32 floor" in report.message
+
+
+def test_float64_runs_stay_strict_and_the_floor_can_be_off():
+    f64 = run_experiment(load_config("lenet_digits", ["train.dtype=float64"]), max_steps=5, write=False,
+                         progress=False)
+    off = run_experiment(load_config("lenet_digits", ["train.floor=false"]), max_steps=5, write=False,
+                         progress=False)
+    for report in (f64, off):
+        assert report.passed and report.passed_by == "tolerance" and math.isnan(report.epochs[-1].floor_max_rel)
