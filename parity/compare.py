@@ -12,17 +12,23 @@ bit-identical, both sides are NaN (``equal_nan``), ``|a - b| <= atol +
 rtol * |a|`` (``a`` is the torch/reference side, as in ``torch.testing``), or
 its ULP distance is at most ``max_ulp``. With the defaults (all zero, no
 ``max_ulp``) only exact equality passes.
+
+Random-number state on the JAX side (``flax.nnx`` ``RngKey``/``RngCount``
+variables, e.g. a ``Dropout(rngs=...)``'s stream, and arrays of a PRNG-key
+dtype) has no counterpart in a torch ``state_dict``: those leaves are
+skipped, not compared, and listed in the report's ``skipped``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Any
 
 import numpy as np
 
-from parity._tree import flatten
+from parity._tree import flatten, jax_key_name
 from parity.ulp import ulp_distance
 
 __all__ = ["LeafReport", "ComparisonReport", "compare", "assert_parity", "scaled_error"]
@@ -77,6 +83,7 @@ class ComparisonReport:
     rtol: float
     atol: float
     max_ulp_allowed: int | None
+    skipped: tuple[str, ...] = ()  # RNG-state leaves of the candidate, not compared
 
     @property
     def passed(self) -> bool:
@@ -130,6 +137,7 @@ class ComparisonReport:
             "max_ulp": self.max_ulp,
             "worst_leaf": worst.key if worst else None,
             "leaves": [leaf.to_dict() for leaf in self.leaves],
+            "skipped": list(self.skipped),
         }
 
     def table(self, max_rows: int | None = 40) -> str:
@@ -177,6 +185,8 @@ class ComparisonReport:
         if worst is not None:
             where = f" at index {worst.worst_index}" if worst.worst_index is not None else ""
             text += f"; worst leaf: {worst.key or '<root>'} ({_status_text(worst)}{where})"
+        if self.skipped:
+            text += f"; {len(self.skipped)} RNG-state leaves skipped: {', '.join(self.skipped)}"
         return text
 
     def __str__(self) -> str:
@@ -334,6 +344,7 @@ def compare(
       A :class:`ComparisonReport`; never raises on mismatched structure.
     """
     ref = flatten(torch_obj)
+    jax_obj, skipped = _without_rng_state(jax_obj)
     cand = flatten(jax_obj)
     leaves: list[LeafReport] = []
     for key, ref_leaf in ref.items():
@@ -346,7 +357,46 @@ def compare(
     for key, leaf in cand.items():
         if key not in ref:
             leaves.append(LeafReport(key=key, status="unexpected", shape=tuple(leaf.shape), dtype=str(leaf.dtype)))
-    return ComparisonReport(leaves=tuple(leaves), rtol=rtol, atol=atol, max_ulp_allowed=max_ulp)
+    return ComparisonReport(leaves=tuple(leaves), rtol=rtol, atol=atol, max_ulp_allowed=max_ulp, skipped=skipped)
+
+
+def _is_key_array(leaf: Any) -> bool:
+    jax = sys.modules.get("jax")
+    dtype = getattr(leaf, "dtype", None)
+    return jax is not None and dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _without_rng_state(obj: Any) -> tuple[Any, tuple[str, ...]]:
+    """``obj`` with its RNG-state leaves set to ``None`` (dropped by ``flatten``), and their dotted keys.
+
+    ``nnx.RngState`` variables (``RngKey``, ``RngCount``) go by type, as their
+    counters are plain ``uint32`` arrays; other leaves go by a PRNG-key dtype.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:  # nothing JAX-made can hold a key
+        return obj, ()
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is not None and isinstance(obj, nnx.Module):
+        obj = nnx.state(obj)
+    skipped: list[str] = []
+
+    def is_variable(leaf: Any) -> bool:
+        return nnx is not None and isinstance(leaf, nnx.Variable)
+
+    def is_rng_state(leaf: Any) -> bool:
+        if is_variable(leaf):
+            return isinstance(leaf, nnx.RngState) or _is_key_array(leaf.get_value())
+        return _is_key_array(leaf)
+
+    def drop(path: tuple, leaf: Any) -> Any:
+        if is_rng_state(leaf):
+            skipped.append(".".join(jax_key_name(entry) for entry in path))
+            return None
+        return leaf
+
+    if not any(is_rng_state(leaf) for leaf in jax.tree_util.tree_leaves(obj, is_leaf=is_variable)):
+        return obj, ()
+    return jax.tree_util.tree_map_with_path(drop, obj, is_leaf=is_variable), tuple(skipped)
 
 
 def assert_parity(

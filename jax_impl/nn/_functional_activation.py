@@ -1,4 +1,4 @@
-"""torch.nn.functional's activations and dropout, with torch's values and gradients at the kinks.
+"""torch.nn.functional's activations, with torch's values and gradients at the kinks.
 
 Forward formulas follow torch's CPU kernels (``aten/src/ATen/native/cpu/
 Activation.cpp``, ``UnaryOpsKernel.cpp``). Where JAX's derivative at a kink
@@ -34,9 +34,9 @@ import numpy as np
 from jax_impl.nn._functional_loss import log_softmax, softmax
 
 __all__ = [
-    "celu", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "gelu", "hardsigmoid", "hardswish",
-    "hardtanh", "leaky_relu", "log_softmax", "logsigmoid", "mish", "prelu", "relu", "relu6", "selu", "sigmoid",
-    "silu", "softmax", "softplus", "softsign", "tanh", "tanhshrink", "threshold",
+    "celu", "elu", "gelu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log_softmax", "logsigmoid", "mish",
+    "prelu", "relu", "relu6", "selu", "sigmoid", "silu", "softmax", "softplus", "softsign", "tanh", "tanhshrink",
+    "threshold",
 ]
 
 # torch/csrc/api/include/torch/nn/functional/activation.h, aten Activation.cpp
@@ -264,61 +264,3 @@ def prelu(input, weight):
             )
         w = w.reshape((-1,) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else w
     return jnp.where(x > 0, x, w * x)
-
-
-# ----------------------------------------------------------------------------- dropout
-
-
-def _check_p(p: float) -> None:
-    if p < 0.0 or p > 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-
-
-def _dropout(x, p: float, training: bool, rng, noise_shape):
-    _check_p(p)
-    if p == 0 or not training or x.size == 0:
-        return x
-    if p == 1:
-        # aten: input * zeros({}) (keeps NaN, gives -0 for negatives)
-        return x * jnp.zeros((), x.dtype)
-    if rng is None:
-        raise ValueError("dropout in training mode with 0 < p < 1 needs a PRNG key: rng=jax.random.key(...)")
-    keep = jax.random.bernoulli(rng, 1 - p, noise_shape)
-    # aten _dropout_impl: noise.bernoulli_(1 - p); noise.div_(1 - p); input * noise.
-    # The scalar 1 - p is rounded to the tensor dtype before the division.
-    scale = jnp.asarray(1, x.dtype) / jnp.asarray(np.float64(1 - p), x.dtype)
-    return x * jnp.where(keep, scale, jnp.zeros((), x.dtype))
-
-
-def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
-    """``torch.nn.functional.dropout``: zero each element with probability ``p``, scale the rest.
-
-    Kept elements are ``x * (1 / float(1 - p))`` exactly as torch's CPU
-    kernel rounds it; ``p == 1`` gives ``x * 0``. ``rng`` is a jax PRNG key
-    (the mask's random numbers are not torch's).
-    """
-    x = jnp.asarray(input)
-    return _dropout(x, p, training, rng, x.shape)
-
-
-def _feature_dropout(x, p, training, rng, nd: int, name: str):
-    if x.ndim not in (nd + 1, nd + 2):
-        raise ValueError(f"{name}: Expected {nd + 1}D or {nd + 2}D input, but received a {x.ndim}D input.")
-    # aten make_feature_noise: one draw per (batch, channel), broadcast over the spatial dims.
-    batch_dims = 2 if x.ndim == nd + 2 else 1
-    return _dropout(x, p, training, rng, x.shape[:batch_dims] + (1,) * nd)
-
-
-def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
-    """Channel-wise dropout on ``(N, C, L)`` or ``(C, L)``."""
-    return _feature_dropout(jnp.asarray(input), p, training, rng, 1, "dropout1d")
-
-
-def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
-    """Channel-wise dropout on ``(N, C, H, W)`` or ``(C, H, W)``."""
-    return _feature_dropout(jnp.asarray(input), p, training, rng, 2, "dropout2d")
-
-
-def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, rng=None):
-    """Channel-wise dropout on ``(N, C, D, H, W)`` or ``(C, D, H, W)``."""
-    return _feature_dropout(jnp.asarray(input), p, training, rng, 3, "dropout3d")

@@ -19,10 +19,6 @@ from jax_impl.nn import _pool_indices
 from jax_impl.nn._fast_conv import conv2d_core
 from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: torch.nn.functional names)
     celu,
-    dropout,
-    dropout1d,
-    dropout2d,
-    dropout3d,
     elu,
     gelu,
     hardsigmoid,
@@ -43,6 +39,7 @@ from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: to
     tanhshrink,
     threshold,
 )
+from jax_impl.nn._functional_dropout import dropout, dropout1d, dropout2d, dropout3d  # noqa: F401
 from jax_impl.nn._functional_loss import (  # noqa: F401
     binary_cross_entropy,
     binary_cross_entropy_with_logits,

@@ -1,7 +1,7 @@
 """torch's CPU random number generator without torch: ``torch.Generator`` and ``torch.random``.
 
 The base layer under ``jax_impl.nn``, ``jax_impl.data`` and ``jax_impl.optim``:
-layer initialisers, samplers, random transforms and dropout seeds all draw
+layer initialisers, samplers, random transforms and dropout masks all draw
 from these generators, so after ``torch.manual_seed(s)`` and
 ``jax_impl.random.manual_seed(s)`` both frameworks see the same numbers.
 

@@ -12,7 +12,8 @@ from torch's fields. This module holds the pieces the public
 * vectorised versions of the two loops of ``randperm_cpu``
   (``aten/src/ATen/native/TensorFactories.cpp``);
 * ``torch.multinomial``'s two CPU algorithms (``Distributions.cpp``,
-  ``cpu/MultinomialKernel.cpp``).
+  ``cpu/MultinomialKernel.cpp``);
+* ``bernoulli_(p)``'s CPU kernel (``cpu/DistributionTemplates.h``).
 """
 
 from __future__ import annotations
@@ -239,6 +240,17 @@ def uniform_double(engine: Engine, n: int) -> np.ndarray:
     """``uniform_real_distribution<double>(0, 1)`` x n: ``(random64() & (2**53-1)) * 2**-53``."""
     bits = engine.raw64(n) & np.uint64(2**53 - 1)
     return bits.astype(np.float64) * 2.0**-53
+
+
+def bernoulli(engine: Engine, n: int, p: float) -> np.ndarray:
+    """``bernoulli_distribution<double>(p)`` x n as a bool array: ``uniform_double < p``.
+
+    ``templates::cpu::bernoulli_kernel`` (``native/cpu/DistributionTemplates.h``),
+    torch's CPU ``bernoulli_(float p)``: one ``random64()`` per element in C
+    order (``cpu_serial_kernel``, so no dependence on the thread count), kept
+    where ``(r & (2**53 - 1)) * 2**-53 < p`` in double, whatever the tensor's dtype.
+    """
+    return uniform_double(engine, n) < p
 
 
 def multinomial(

@@ -13,14 +13,25 @@ torch's CPU generator is an MT19937 engine (``aten/src/ATen/CPUGeneratorImpl.cpp
 Every draw method below names the torch kernel it reproduces. States are the
 5056 bytes of ``CPUGeneratorImplState``, so ``Generator.get_state()`` can be
 handed to ``torch.Generator.set_state(torch.from_numpy(...))`` and back.
+
+Draws happen on the host. A jitted function draws through
+:meth:`Generator.staged_bernoulli`, an ordered host callback; the host's own
+draws wait for the dispatched ones, so the order of draws is the program's,
+as in torch.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
 from jax_impl.random import _torch_rng as _rng
 
@@ -33,6 +44,34 @@ def _shape(size: int | Sequence[int]) -> tuple[int, ...]:
     if isinstance(size, (int, np.integer)):
         return (int(size),)
     return tuple(int(s) for s in size)
+
+
+def _after_staged_draws(method: Callable) -> Callable:
+    """``method`` run once the computations already dispatched have made their draws.
+
+    A jitted function holding :meth:`Generator.staged_bernoulli` draws from
+    the generator when it runs, asynchronously after its dispatch. torch
+    draws in program order, so a host draw (a seed, a ``randperm``, a layer
+    init) first waits for those draws (``jax.effects_barrier``: the staged
+    draws are ordered effects). Generators that never staged a draw skip the
+    wait, and so does a forked child (a DataLoader worker): it runs none of
+    its parent's computations and has no JAX runtime to wait on.
+    """
+
+    @functools.wraps(method)
+    def synced(self: Generator, *args, **kwargs):
+        if self._staged_by is not None and self._staged_by == os.getpid():
+            jax.effects_barrier()
+        return method(self, *args, **kwargs)
+
+    return synced
+
+
+def _check_probability(p: float) -> float:
+    p = float(p)
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
+    return p
 
 
 def _randperm_uses_random64(n: int) -> bool:
@@ -53,6 +92,9 @@ class Generator:
             ``torch.Generator()``.
     """
 
+    # The process whose traced computations draw from this generator (staged_bernoulli), if any.
+    _staged_by: int | None = None
+
     def __init__(self, seed: int | None = None) -> None:
         self._engine = _rng.Engine(DEFAULT_SEED)
         self._normal_double: float | None = None
@@ -61,6 +103,7 @@ class Generator:
             self.manual_seed(seed)
 
     # -- seeding -----------------------------------------------------------
+    @_after_staged_draws
     def manual_seed(self, seed: int) -> Generator:
         """Seed like ``torch.Generator.manual_seed``; returns ``self``.
 
@@ -87,6 +130,7 @@ class Generator:
         """The 64-bit seed last set (``torch.Generator.initial_seed``)."""
         return self._engine.seed
 
+    @_after_staged_draws
     def seed(self) -> int:
         """Reseed non-deterministically and return the new seed.
 
@@ -98,6 +142,7 @@ class Generator:
         return new
 
     # -- state bytes -------------------------------------------------------
+    @_after_staged_draws
     def get_state(self) -> np.ndarray:
         """``CPUGeneratorImpl::get_state`` as a uint8 array of 5056 bytes.
 
@@ -121,6 +166,7 @@ class Generator:
             st["next_float_normal_sample"] = self._normal_float
         return np.frombuffer(st.tobytes(), dtype=np.uint8).copy()
 
+    @_after_staged_draws
     def set_state(self, new_state: np.ndarray | bytes) -> Generator:
         """``CPUGeneratorImpl::set_state`` from 5056 bytes (numpy, bytes or a tensor).
 
@@ -156,14 +202,17 @@ class Generator:
         return self
 
     # -- raw draws ---------------------------------------------------------
+    @_after_staged_draws
     def random_u32(self, n: int) -> np.ndarray:
         """``n`` calls of ``CPUGeneratorImpl::random()`` (uint32)."""
         return self._engine.raw(int(n))
 
+    @_after_staged_draws
     def random_u64(self, n: int) -> np.ndarray:
         """``n`` calls of ``random64()`` = ``(first << 32) | second`` (uint64)."""
         return self._engine.raw64(int(n))
 
+    @_after_staged_draws
     def random_int64(self) -> int:
         """``torch.empty((), dtype=torch.int64).random_(generator=g).item()``.
 
@@ -174,6 +223,7 @@ class Generator:
         return int(self._engine.raw64(1)[0]) % 2**63
 
     # -- distributions -----------------------------------------------------
+    @_after_staged_draws
     def randint(
         self, low: int, high: int | None = None, size: int | Sequence[int] = ()
     ) -> np.ndarray:
@@ -202,6 +252,7 @@ class Generator:
             draws = (self._engine.raw64(count) % np.uint64(span)).astype(np.int64)
         return (draws + low).reshape(shape)
 
+    @_after_staged_draws
     def rand(self, size: int | Sequence[int]) -> np.ndarray:
         """``torch.rand(size, generator=g)`` in float32.
 
@@ -213,6 +264,7 @@ class Generator:
         bits = self._engine.raw(count) & np.uint32(2**24 - 1)
         return (bits.astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
 
+    @_after_staged_draws
     def randperm(self, n: int) -> np.ndarray:
         """``torch.randperm(n, generator=g)`` on CPU (int64), bit-exact.
 
@@ -241,6 +293,7 @@ class Generator:
         z = raw % np.arange(1, n + 1, dtype=np.uint64)
         return _rng.randperm_inside_out(z, n)
 
+    @_after_staged_draws
     def multinomial(
         self, weights: np.ndarray, num_samples: int, replacement: bool = False
     ) -> np.ndarray:
@@ -253,6 +306,53 @@ class Generator:
         return _rng.multinomial(
             self._engine, weights, int(num_samples), bool(replacement)
         )
+
+    @_after_staged_draws
+    def bernoulli(self, size: int | Sequence[int], p: float) -> np.ndarray:
+        """``torch.empty(size).bernoulli_(p, generator=g)`` on CPU, as a bool array.
+
+        One ``random64()`` per element in C order, ``True`` where
+        ``(r & (2**53 - 1)) * 2**-53 < p`` (see :func:`jax_impl.random._torch_rng.bernoulli`);
+        the same draws for every dtype of the tensor torch fills. Raises
+        ``RuntimeError`` as torch does for ``p`` outside ``[0, 1]``.
+        """
+        p = _check_probability(p)
+        shape = _shape(size)
+        return _rng.bernoulli(self._engine, math.prod(shape), p).reshape(shape)
+
+    def staged_bernoulli(self, size: int | Sequence[int], p: float, *, tied_to: jax.Array | None = None) -> jax.Array:
+        """:meth:`bernoulli` as a bool ``jax.Array`` that a traced (jitted) function can hold.
+
+        The draw is an ordered ``io_callback``: each run of the compiled
+        function draws from this generator on the host, in program order,
+        when the callback executes. Host draws from this generator made
+        afterwards wait for it (see :func:`_after_staged_draws`), so the
+        stream is consumed in torch's order whether or not the caller blocks
+        on the result. Outside a trace the callback runs as one dispatched
+        computation, with the same effect. Transformations that refuse
+        ordered effects (``jax.checkpoint``, ``pmap``) refuse it.
+
+        Args:
+          size: the shape drawn, in C order.
+          p: the probability of ``True``.
+          tied_to: an array the draw takes as a (zero-size, gradient-free)
+            operand: the draw follows its computation, and ``jax.vmap`` over
+            it raises (an ordered callback cannot be batched), as
+            ``torch.func.vmap``'s default ``randomness="error"`` refuses random
+            draws; without it a ``vmap`` would share one draw across the batch.
+        """
+        p = _check_probability(p)
+        shape = _shape(size)
+        count = math.prod(shape)
+        engine = self._engine
+        self._staged_by = os.getpid()
+
+        def draw(*_) -> np.ndarray:
+            # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
+            return _rng.bernoulli(engine, count, p).reshape(shape)
+
+        operands = () if tied_to is None else (jax.lax.stop_gradient(jnp.ravel(tied_to))[:0],)
+        return io_callback(draw, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, ordered=True)
 
 
 default_generator = Generator(secrets.randbits(53))

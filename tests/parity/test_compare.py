@@ -181,3 +181,32 @@ def test_table_truncates_long_reports_but_keeps_failures():
     cand["l77"] = np.float32([2.0])
     table = compare(ref, cand).table(max_rows=10)
     assert "l77" in table and "90 more leaves not shown (0 of them failing)" in table
+
+
+def test_rng_state_leaves_are_skipped_and_listed():
+    """A Dropout's nnx Rngs (a PRNG key and a uint32 counter) has no torch counterpart: skipped, not a TypeError."""
+    import jax
+
+    import jax_impl.nn as jnn
+    import jax_impl.random
+
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Dropout(0.5))
+    jax_impl.random.manual_seed(0)
+    ours = jnn.Sequential(jnn.Linear(3, 2), jnn.Dropout(0.5, rngs=nnx.Rngs(0)))
+    skipped = ("1.rngs.default.count", "1.rngs.default.key")
+    for candidate in (ours, nnx.state(ours)):
+        report = compare(theirs.state_dict(), candidate)
+        assert report.passed and sorted(report.skipped) == list(skipped)
+        assert [leaf.key for leaf in report.leaves] == ["0.weight", "0.bias"]
+        assert "2 RNG-state leaves skipped: 1.rngs.default.count, 1.rngs.default.key" in report.summary()
+        assert report.to_dict()["skipped"] == list(report.skipped)
+    # Key-dtype arrays in a plain pytree go too; torch's stream (no rngs) leaves nothing to skip.
+    report = compare({"w": torch.ones(2)}, {"w": np.ones(2, np.float32), "key": jax.random.key(0),
+                                            "keys": jax.random.split(jax.random.key(1), 3)})
+    assert report.passed and report.skipped == ("key", "keys")
+    torch.manual_seed(1)
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Dropout(0.5))
+    jax_impl.random.manual_seed(1)
+    report = compare(theirs, jnn.Sequential(jnn.Linear(3, 2), jnn.Dropout(0.5)))
+    assert report.passed and report.skipped == () and "skipped" not in report.summary()

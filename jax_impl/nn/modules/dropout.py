@@ -1,48 +1,51 @@
 """``torch.nn.Dropout`` and ``Dropout1d/2d/3d`` as ``flax.nnx`` modules.
 
-In training mode each call draws a fresh mask from the module's ``rngs``
-stream ``'dropout'`` (as ``flax.nnx.Dropout`` does); in eval mode the input
-passes through. Kept elements are scaled by ``1 / float(1 - p)`` rounded as
-torch's CPU kernel rounds it. The masks' random numbers are not torch's
-(torch draws them with MKL's Bernoulli generator).
+In training mode each call is ``y = x * mask / (1 - p)`` with
+``mask ~ Bernoulli(1 - p)`` per element (per channel for ``Dropout1d/2d/3d``);
+in eval mode, or with ``p == 0``, the input passes through; ``p == 1`` gives
+``x * 0``. The mask's stream:
+
+- ``rngs=None`` (the default): torch's. The mask is drawn from the global
+  generator ``jax_impl.random.default_generator`` exactly as torch's CPU
+  ``bernoulli_`` draws it (see :func:`jax_impl.nn.functional.dropout`), at
+  each call, also inside ``jax.jit`` / ``nnx.jit`` (an ordered host callback).
+  Construction draws nothing, as torch's ``nn.Dropout`` does, so layers built
+  after it get torch's initial weights.
+- ``rngs=nnx.Rngs(...)``: jax keys from its ``'dropout'`` stream (else
+  ``'default'``), as ``flax.nnx.Dropout``; not torch's numbers.
 """
 
 from __future__ import annotations
 
 from flax import nnx
 
-from jax_impl.nn import _functional_activation as F
+from jax_impl.nn import functional as F
 from jax_impl.nn.modules.module import Module
-from jax_impl.random import default_generator
 
 __all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
-
-
-def _default_rngs() -> nnx.Rngs:
-    # Reproducible from jax_impl.random.manual_seed: one random64() draw of the global generator.
-    return nnx.Rngs(dropout=int(default_generator.random_u64(1)[0]) & (2**63 - 1))
 
 
 class _DropoutNd(Module):
     _fn = None
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, rngs: nnx.Rngs | None = None) -> None:
-        """Args: ``p`` the drop probability, ``inplace`` ignored, ``rngs`` with a ``'dropout'`` (or
-        ``'default'``) stream; ``None`` seeds one from the global generator (``jax_impl.random.manual_seed``)."""
+        """Args: ``p`` the drop probability (``ValueError`` outside ``[0, 1]``), ``inplace`` accepted
+        and ignored, ``rngs`` ``None`` for torch's stream or an ``nnx.Rngs`` for jax keys."""
         if p < 0 or p > 1:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
         self.inplace = inplace
-        self.rngs = _default_rngs() if rngs is None else rngs
+        self.rngs = rngs
 
     def __call__(self, input):
-        if not self.training or self.p == 0 or self.p == 1:
-            return type(self)._fn(input, self.p, self.training)
-        return type(self)._fn(input, self.p, True, rng=self.rngs.dropout())
+        # A key is taken only when a mask is drawn, so eval calls leave the 'dropout' stream alone.
+        draws = self.training and 0 < self.p < 1
+        rng = self.rngs.dropout() if draws and self.rngs is not None else None
+        return type(self)._fn(input, self.p, self.training, self.inplace, rng=rng)
 
 
 class Dropout(_DropoutNd):
-    """``torch.nn.Dropout(p=0.5, inplace=False)``: zero elements with probability ``p``, scale the rest."""
+    """``torch.nn.Dropout(p=0.5, inplace=False)``: zero elements with probability ``p``, scale the rest by ``1 / (1 - p)``."""
 
     _fn = staticmethod(F.dropout)
 
@@ -54,7 +57,7 @@ class Dropout1d(_DropoutNd):
 
 
 class Dropout2d(_DropoutNd):
-    """``torch.nn.Dropout2d``: zero whole channels of ``(N, C, H, W)`` / ``(C, H, W)``."""
+    """``torch.nn.Dropout2d``: zero whole channels of ``(N, C, H, W)`` (a 3-D input is ``(N, C, L)``, as torch)."""
 
     _fn = staticmethod(F.dropout2d)
 
