@@ -16,20 +16,24 @@ import jax_impl.nn.functional as JF
 
 
 class Net(torch.nn.Module):
-    """Conv(1, c1, 3) - Conv(c1, c2, 3) - max-pool - Linear(., hidden) - Linear(hidden, 10), log-softmax."""
+    """Conv(1, c1, 3) - Conv(c1, c2, 3) - max-pool - Dropout(0.25) - Linear(., hidden) - Dropout(0.5) -
+    Linear(hidden, 10), log-softmax: the example's network, its sizes as arguments."""
 
     def __init__(self, c1: int = 32, c2: int = 64, hidden: int = 128, image_size: int = 28) -> None:
         super().__init__()
         self.conv1 = torch.nn.Conv2d(1, c1, 3, 1)
         self.conv2 = torch.nn.Conv2d(c1, c2, 3, 1)
+        self.dropout1 = torch.nn.Dropout(0.25)
+        self.dropout2 = torch.nn.Dropout(0.5)
         self.fc1 = torch.nn.Linear(c2 * ((image_size - 4) // 2) ** 2, hidden)
         self.fc2 = torch.nn.Linear(hidden, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))
         x = F.relu(self.conv2(x))
-        x = torch.flatten(F.max_pool2d(x, 2), 1)
-        x = F.relu(self.fc1(x))
+        x = self.dropout1(F.max_pool2d(x, 2))
+        x = torch.flatten(x, 1)
+        x = self.dropout2(F.relu(self.fc1(x)))
         return F.log_softmax(self.fc2(x), dim=1)
 
 
@@ -39,12 +43,15 @@ class JaxNet(jnn.Module):
     def __init__(self, c1: int = 32, c2: int = 64, hidden: int = 128, image_size: int = 28) -> None:
         self.conv1 = jnn.Conv2d(1, c1, 3, 1)
         self.conv2 = jnn.Conv2d(c1, c2, 3, 1)
+        self.dropout1 = jnn.Dropout(0.25)  # torch's masks, from the global generator torch's would use
+        self.dropout2 = jnn.Dropout(0.5)
         self.fc1 = jnn.Linear(c2 * ((image_size - 4) // 2) ** 2, hidden)
         self.fc2 = jnn.Linear(hidden, 10)
 
     def __call__(self, x):
         x = JF.relu(self.conv1(x))
         x = JF.relu(self.conv2(x))
-        x = JF.max_pool2d(x, 2).reshape(x.shape[0], -1)
-        x = JF.relu(self.fc1(x))
+        x = self.dropout1(JF.max_pool2d(x, 2))
+        x = x.reshape(x.shape[0], -1)
+        x = self.dropout2(JF.relu(self.fc1(x)))
         return JF.log_softmax(self.fc2(x), dim=1)

@@ -177,6 +177,17 @@ def _user_models(torch_model: torch.nn.Module, jax_model: Any) -> tuple[torch.nn
     return torch_model, jax_model
 
 
+def _user_arrays(section: Any) -> tuple[Any, Any]:
+    """``(train arrays, held-out arrays or None)`` from ``data.dataset.arrays``' loader."""
+    from parity.models import import_object
+
+    load = import_object(section.arrays, "data.dataset.arrays")
+    try:
+        return load(train=True, **section.kwargs), load(train=False, **section.kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{section.arrays}(train=..., **kwargs) fails: {error}", path="data.dataset") from None
+
+
 def _array_datasets(data: Any, what: str) -> tuple[Any, Any]:
     """``(torch TensorDataset, jax_impl TensorDataset)`` over the same ``(inputs, targets)`` arrays."""
     from jax_impl.data import TensorDataset
@@ -222,6 +233,9 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     cast_jax_model(jax_model, np_dtype)
 
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
+
+    if data is None and cfg.data.dataset.is_user_data:
+        data = _user_arrays(cfg.data.dataset)
 
     def datasets(train: bool) -> tuple[Any, Any]:
         if data is not None:

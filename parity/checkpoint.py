@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from jax_impl import random as jax_random
 from parity.build import lr_at
 from parity.config import ConfigError
 from parity.files import atomic_write
@@ -84,7 +85,7 @@ def _serialize(obj: Any) -> bytes:
 def _torch_state(exp: Any) -> dict[str, Any]:
     return {"model": exp.torch_model.state_dict(), "optimizer": exp.t_opt.state_dict(),
             "scheduler": None if exp.t_sched is None else exp.t_sched.state_dict(),
-            "generator": exp.t_train.generator.get_state()}
+            "generator": exp.t_train.generator.get_state(), "rng": torch.get_rng_state()}
 
 
 def _jax_state(exp: Any) -> dict[str, Any]:
@@ -104,7 +105,8 @@ def _jax_state(exp: Any) -> dict[str, Any]:
             exp.opt_state, params, name=name, hyperparameters=hypers,
             groups=[[n + ".value" for n in names] for _, names in exp.groups])
     return {"model": to_torch_state_dict(exp.jax_model), "optimizer": optimizer,
-            "generator": torch.from_numpy(np.array(exp.j_train.generator.get_state()))}
+            "generator": torch.from_numpy(np.array(exp.j_train.generator.get_state())),
+            "rng": torch.from_numpy(jax_random.get_rng_state())}
 
 
 def _load(source: Any, what: str, path: Path) -> Any:
@@ -242,6 +244,10 @@ def _restore(exp: Any, ckpt: Checkpoint, resume_from: str | None, new_hyperparam
         opt_state = grouped_optimizer_state_from_torch(
             j_opt, params, name=name, groups=[[n + ".value" for n in names] for _, names in exp.groups])
     exp.j_train.generator.set_state(np.asarray(ckpt.jax["generator"].numpy()))
+    # The global generators (dropout masks): each side's own, or the chosen framework's for both.
+    if "rng" in t_src and "rng" in j_src:
+        torch.set_rng_state(t_src["rng"])
+        jax_random.set_rng_state(j_src["rng"].numpy())
     # The scheduled lr is read at the state's count. torch's SGD keeps no step count, so the
     # conversion cannot know it: the checkpoint's optimizer step is the count on every side.
     return _with_count(opt_state, ckpt.step)

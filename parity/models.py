@@ -299,6 +299,8 @@ def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.M
 def import_object(path: str, key: str) -> Any:
     """``"package.module:attribute"`` imported, the working directory first on ``sys.path`` (as ``python -m`` does).
 
+    The checkout's root comes last, so the shipped configs' ``examples.*`` import from anywhere.
+
     Raises:
       ConfigError: naming ``key`` (the config key that gave ``path``) and why the import failed.
     """
@@ -311,6 +313,9 @@ def import_object(path: str, key: str) -> Any:
     module_name, _, attribute = path.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isdir(os.path.join(checkout, "examples")) and checkout not in sys.path:
+        sys.path.append(checkout)
     try:
         obj = importlib.import_module(module_name)
     except ImportError as error:
@@ -350,6 +355,9 @@ def _build_user_models(model_config, seed: int) -> tuple[torch.nn.Module, nnx.Mo
 def input_shape(config) -> tuple[int, ...]:
     """One sample's shape for a config's data set: digits ``(1, 8, 8)``, synthetic its ``image_shape``."""
     dataset = config.data.dataset
+    if dataset.is_user_data:
+        x, _ = import_object(dataset.arrays, "data.dataset.arrays")(train=True, **dataset.kwargs)
+        return tuple(np.shape(x)[1:])
     if dataset.name == "digits":
         return (1, 8, 8)
     return tuple(dataset.resolved_kwargs()["image_shape"])

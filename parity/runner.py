@@ -16,17 +16,20 @@ optimizer's exact ``tx.step`` in one jitted function.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from jax_impl import random as jax_random
 from parity.build import Experiment, build_experiment, lr_at
 from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_checkpoint
 from parity.compare import compare, scaled_error
@@ -154,6 +157,7 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
     phases("compiling the JAX train step")
     graphdef, state = _state(exp)
     jax_step = _jax_step_fn(exp, graphdef)
+    rng = jax_random.get_rng_state()  # the dummy steps' dropout draws must not advance the run's stream
     for size in sorted(sizes - {0}):
         xs = jnp.zeros((size, *np.shape(x)), exp.np_dtype)
         ys = jnp.asarray(np.stack([np.asarray(y)] * size))
@@ -163,6 +167,7 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
             first = str(error).strip().splitlines()[0][:200]
             raise ConfigError(f"the JAX model's train step fails on a batch of shape {tuple(xs.shape)}: {first}",
                               path="model") from None
+    jax_random.set_rng_state(rng)
     phases(f"compiled in {time.perf_counter() - start:.1f}s; training")
     return jax_step
 
@@ -173,6 +178,8 @@ def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int 
     jax_step = _compile(exp, phases) if only != "torch" else None
     if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
         exp.floor = FloorReference(exp)
+    # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.
+    jax_random.set_rng_state(torch.get_rng_state().numpy())
     mode = getattr(cfg.train, "checkpoint", "every")
     with step_bar(progress) as bar:
         task = bar.add_task(cfg.name, total=total, info="")
@@ -207,6 +214,7 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
             break
         record: dict[str, Any] = {"step": step, "epoch": epoch, "lr": lr_at(exp.schedule, cfg, step, epoch)}
         hunting = only is None and report.first_divergent_step is None
+        rng = torch.get_rng_state() if (hunting or exp.floor is not None) else None
         if hunting:  # both models as they enter this step, to replay it layer by layer if it diverges
             t_snap = {k: v.detach().clone() for k, v in exp.torch_model.state_dict().items()}
             j_snap = state  # immutable arrays, not donated: holding them is the snapshot
@@ -220,8 +228,9 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
                 exp.t_sched.step()
             record["torch_loss"] = float(t_loss.item())
             t_time += time.perf_counter() - start
-            if exp.floor is not None:
-                record["torch_f64_loss"] = exp.floor.step(tx_b, ty_b)
+            if exp.floor is not None:  # the float64 twin draws the same dropout masks as this step did
+                with _rng_state(rng):
+                    record["torch_f64_loss"] = exp.floor.step(tx_b, ty_b)
         if only != "torch":
             start = time.perf_counter()
             state, j_loss = jax_step(state, jnp.asarray(np.asarray(jx_b), exp.np_dtype), jnp.asarray(np.asarray(jy_b)))
@@ -231,7 +240,8 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
         _stop_if_not_finite(report, record, step, epoch, exp)
         if hunting and abs(record["torch_loss"] - record["jax_loss"]) > tol.atol + tol.rtol * abs(record["torch_loss"]):
             report.first_divergent_step = step
-            report.first_divergent_layer = _replay_step(exp, t_snap, merge_model(graphdef, j_snap), tx_b)
+            with _rng_state(rng):
+                report.first_divergent_layer = _replay_step(exp, t_snap, merge_model(graphdef, j_snap), tx_b)
         step += 1
         info = " ".join(f"{k.split('_')[0]} {record[k]:.4f}" for k in ("torch_loss", "jax_loss") if k in record)
         bar.update(task, advance=1, info=f"epoch {epoch + 1}/{cfg.train.epochs} loss {info}")
@@ -242,6 +252,20 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
     if exp.floor is not None:
         exp.floor.end_epoch()
     return t_time, j_time, step
+
+
+@contextlib.contextmanager
+def _rng_state(state: torch.Tensor) -> Iterator[None]:
+    """Both global generators at torch's ``state`` inside, and back where they were after (a side computation
+    that draws dropout masks leaves the run's streams untouched)."""
+    torch_after, jax_after = torch.get_rng_state(), jax_random.get_rng_state()
+    torch.set_rng_state(state)
+    jax_random.set_rng_state(state.numpy())
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_after)
+        jax_random.set_rng_state(jax_after)
 
 
 def _stop_if_not_finite(report: RunReport, record: dict[str, Any], step: int, epoch: int, exp: Experiment) -> None:

@@ -278,7 +278,9 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         value = raw[name]
         nested = _dataclass_of(hints[name])
         if nested is not None and not (value is None and type(None) in typing.get_args(hints[name])):
-            if issubclass(nested, NamedSection) and isinstance(value, Mapping) and "name" not in value:
+            by_import_path = isinstance(value, Mapping) and any(k in value for k in ("torch", "jax", "arrays"))
+            if issubclass(nested, NamedSection) and isinstance(value, Mapping) and "name" not in value \
+                    and not by_import_path:
                 default = _default_of(field)
                 if default is not None:  # e.g. `train.loss.label_smoothing=0.1` keeps the default loss
                     value = {"name": default.name, **value}
@@ -309,6 +311,8 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
     kind = registry.SECTIONS[section]
     if section == "model" and ("torch" in raw or "jax" in raw):
         return _user_model(cls, raw, path)
+    if section == "dataset" and "arrays" in raw:
+        return _user_dataset(cls, raw, path)
     if "name" not in raw:
         raise ConfigError(f"missing required key 'name' (the {kind} class name)", path=path)
     name = raw["name"]
@@ -341,17 +345,17 @@ def _build_named(cls: type[NamedSection], raw: Any, path: str) -> NamedSection:
     return cls(name=name, kwargs=kwargs, **extras)
 
 
-def _user_model(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:
-    """``model: {torch: "pkg.module:Factory", jax: "pkg.module:Factory", kwargs: {...}}``."""
-    allowed = ("torch", "jax", "kwargs")
+def _import_paths(raw: Mapping[str, Any], path: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:
+    """Checks a section given by import paths (``keys``) plus ``kwargs``; returns the kwargs."""
+    allowed = (*keys, "kwargs")
     for key in raw:
         if key not in allowed:
             raise unknown_key_error(path, str(key), allowed)
-    for key in ("torch", "jax"):
+    for key in keys:
         value = raw.get(key)
         if value is None:
-            raise ConfigError("missing required key: a user model names both sides, e.g. "
-                              f"{key}: \"my_models:Net\"", path=_join(path, key))
+            raise ConfigError(f"missing required key: {what}, e.g. {key}: \"my_module:Factory\"",
+                              path=_join(path, key))
         module, _, attribute = value.partition(":") if isinstance(value, str) else ("", "", "")
         if not module or not attribute or not all(part.isidentifier() for part in (*module.split("."), *attribute.split("."))):
             raise ConfigError(f"expected an import path 'package.module:attribute', got {describe_value(value)}",
@@ -360,7 +364,19 @@ def _user_model(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> N
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise ConfigError(f"expected a mapping of keyword arguments, got {describe_value(kwargs)}",
                           path=_join(path, "kwargs"))
-    return cls(name=raw["torch"], kwargs=dict(kwargs), torch=raw["torch"], jax=raw["jax"])
+    return dict(kwargs)
+
+
+def _user_model(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:
+    """``model: {torch: "pkg.module:Factory", jax: "pkg.module:Factory", kwargs: {...}}``."""
+    kwargs = _import_paths(raw, path, ("torch", "jax"), "a user model names both sides")
+    return cls(name=raw["torch"], kwargs=kwargs, torch=raw["torch"], jax=raw["jax"])
+
+
+def _user_dataset(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:
+    """``dataset: {arrays: "pkg.module:load", kwargs: {...}}``."""
+    kwargs = _import_paths(raw, path, ("arrays",), "a user data set names its loader")
+    return cls(name=raw["arrays"], kwargs=kwargs, arrays=raw["arrays"])
 
 
 def _param_groups(raw: Any, params: Mapping[str, registry.Param], path: str) -> tuple[ParamGroupConfig, ...]:

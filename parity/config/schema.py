@@ -96,9 +96,31 @@ class ModelConfig(NamedSection):
 
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig(NamedSection):
-    """An offline data set: ``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic``."""
+    """An offline data set: ``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic``, or your own::
+
+        dataset: {arrays: "my_data:load", kwargs: {root: data/}}
+
+    ``arrays`` names a callable (``"package.module:attribute"``) called as
+    ``load(train=True, **kwargs)`` for the training set and
+    ``load(train=False, **kwargs)`` for the held-out set, each returning
+    ``(inputs, targets)`` arrays (or ``None`` for no held-out set); both
+    frameworks read the same arrays.
+    """
 
     section: ClassVar[str] = "dataset"
+    arrays: str | None = None
+
+    @property
+    def is_user_data(self) -> bool:
+        return self.arrays is not None
+
+    def resolved_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs) if self.is_user_data else super().resolved_kwargs()
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.is_user_data:
+            return {"arrays": self.arrays, "kwargs": dict(self.kwargs)}
+        return super().to_dict()
 
 
 @dataclasses.dataclass(frozen=True)

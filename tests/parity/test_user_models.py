@@ -12,38 +12,54 @@ from parity.config import load_config
 from parity.experiment import run_experiment
 
 
-def test_config_names_both_models_by_import_path(tmp_path):
-    """configs/mnist_example.yaml: the MNIST example's network, Adadelta, StepLR, NLLLoss, float64, 2 epochs.
-    Measured 8.8e-16 (float64: only the conv/matmul summation orders differ); bar 1e-10."""
-    report = run_experiment(load_config("mnist_example"), runs_dir=tmp_path, progress=False)
+SMALL = "model.kwargs={c1: 4, c2: 8, hidden: 16, image_size: 28}"  # the example's layers, narrower: seconds
+
+
+def test_config_names_model_and_data_by_import_path(tmp_path):
+    """configs/mnist_example.yaml: the MNIST example's network with its two dropouts (torch's masks on both
+    sides), Adadelta, StepLR, NLLLoss, float64, 2 epochs on digits upscaled to 28x28 by a user loader.
+    Measured 1.9e-15 (float64: only the conv/matmul summation orders differ); bar 1e-10."""
+    report = run_experiment(load_config("mnist_example", [SMALL]), runs_dir=tmp_path, progress=False)
     assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
-    assert report.epochs[-1].agreement == 1.0
+    assert report.epochs[-1].agreement == 1.0 and len(report.steps) == 2 * 23
     assert report.config["model"] == {"torch": "examples.mnist_net:Net", "jax": "examples.mnist_net:JaxNet",
-                                      "kwargs": {"c1": 16, "c2": 32, "hidden": 64, "image_size": 8}}
+                                      "kwargs": {"c1": 4, "c2": 8, "hidden": 16, "image_size": 28}}
+    assert report.config["data"]["dataset"] == {"arrays": "examples.digits28:load", "kwargs": {}}
+
+
+def test_dropout_resume_continues_the_mask_stream(tmp_path):
+    """A checkpoint carries both global generators: 1 epoch + resume draws the masks 2 epochs straight draw."""
+    straight = run_experiment(load_config("mnist_example", [SMALL]), write=False, progress=False)
+    first = run_experiment(load_config("mnist_example", [SMALL, "train.epochs=1"]), runs_dir=tmp_path,
+                           progress=False)
+    resumed = run_experiment(load_config("mnist_example", [SMALL]), runs_dir=tmp_path, progress=False,
+                             resume=f"{first.run_dir}/checkpoint.pt")
+    assert [s["jax_loss"] for s in resumed.steps] == [s["jax_loss"] for s in straight.steps]
+    assert [s["torch_loss"] for s in resumed.steps] == [s["torch_loss"] for s in straight.steps]
 
 
 def test_python_objects_and_arrays():
     """Models and (inputs, targets) arrays given directly; the JAX model takes the torch model's weights."""
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((96, 1, 12, 12)), rng.integers(0, 10, 96)
-    cfg = load_config("mnist_example", ["train.epochs=1", "data.batch_size=32"])
+    cfg = load_config("mnist_example", ["train.epochs=1", "data.batch_size=32", "train.dtype=float32",
+                                        "train.tolerance={rtol: 1.0e-4, atol: 1.0e-6}"])
     torch.manual_seed(0)
     torch_model = Net(c1=4, c2=8, hidden=16, image_size=12)
     report = run_experiment(cfg, torch_model=torch_model, jax_model=JaxNet(c1=4, c2=8, hidden=16, image_size=12),
                             train_data=(x, y), val_data=(x[:32], y[:32]), write=False, progress=False)
-    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10 and len(report.steps) == 3
-    assert report.epochs[-1].agreement == 1.0
-    assert torch_model.fc2.weight.dtype == torch.float64  # trained in place, in the config's dtype
+    # float32 with dropout: 3 steps stay within rtol 1e-4 (measured ~1e-7); the float64 floor runs beside
+    assert report.passed and report.passed_by == "tolerance" and len(report.steps) == 3, report.message
+    assert report.epochs[-1].floor_max_rel > 0 and report.epochs[-1].agreement == 1.0
+    assert torch_model.fc2.weight.grad is not None  # the object itself was trained
 
 
 @pytest.mark.parametrize(("override", "message"), [
     ('model={torch: "examples.nowhere:Net", jax: "examples.mnist_net:JaxNet"}', "model.torch: cannot import"),
     ('model={torch: "examples.mnist_net:Nope", jax: "examples.mnist_net:JaxNet"}', "has no attribute 'Nope'"),
     ('model={torch: "examples.mnist_net:Net", jax: "examples.mnist_net:Net"}', "model.jax: "),
-    ('model={torch: "examples.mnist_net:Net", jax: "examples.mnist_net:JaxNet", kwargs: {c1: 3}}',
-     "model: the torch model fails on a sample of shape (1, 8, 8)"),  # image_size falls back to 28
-    ('model={torch: "examples.mnist_net:Net", jax: "examples.mnist_net:JaxNet", '
-     'kwargs: {c1: 3, c2: 4, hidden: 5, image_size: 8}}', None),
+    ('model.kwargs={c1: 3, image_size: 8}', "model: the torch model fails on a sample of shape (1, 28, 28)"),
+    ('model.kwargs={c1: 3, c2: 4, hidden: 5, image_size: 28}', None),
 ])
 def test_bad_user_models_exit_2_in_one_line(tmp_path, capsys, override, message):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path), "mnist_example", override]
