@@ -39,17 +39,16 @@ MODELS = {
     "resnet50": (lambda: tm.resnet50(10, zero_init_residual=True),
                  lambda: jm.resnet50(10, zero_init_residual=True, rngs=nnx.Rngs(0)), (4, 3, 64, 64)),
 }
-SLOW = {"resnet34", "resnet50"}
-# ResNet-18's state-dict round trip and SGD step run in the slow tier; its forward (eval and
-# train, every layer) and summary keep it in the default one.
-SLOW_RESNET18 = SLOW | {"resnet18"}
+# The ResNets run in the slow tier; ResNet-18's summary keeps it in the default one (its eval
+# forward against torch there too: tests/nn/test_channels_last.py).
+SLOW = {"resnet18", "resnet34", "resnet50"}
 # ResNets see 4 x 64x64 images: layer4 then normalises 4 * 2 * 2 = 16 values per channel in train mode.
 # With 2 x 32x32 it would be 2 values, where BatchNorm amplifies 1e-6 input differences to 1e-3
 # (two nearly equal values have a near-zero variance): ill-conditioning, not an implementation difference.
 
 
-def _params(name, slow=SLOW):
-    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in name]
+def _params(name):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in name]
 
 
 def _pair(name, seed=0):
@@ -62,7 +61,7 @@ def _pair(name, seed=0):
     return t, j, x
 
 
-@pytest.mark.parametrize("name", _params(MODELS, SLOW_RESNET18))
+@pytest.mark.parametrize("name", _params(MODELS))
 def test_state_dict_round_trip_is_exact(name):
     t, j, _ = _pair(name)
     sd = t.state_dict()
@@ -95,7 +94,7 @@ def test_logits_and_every_layer_match_torch(name, train):
                 assert int(v) == int(want) == 1
 
 
-@pytest.mark.parametrize("name", _params(MODELS, SLOW_RESNET18))
+@pytest.mark.parametrize("name", _params(MODELS))
 def test_one_sgd_step_matches_torch(name):
     # ResNet-18 runs on seed 6. On seeds 1, 3 and 5 (of 1..8) some value entering a ReLU is closer to zero
     # than float32 rounding (seed 1: 3.4e-7 in float64 at layer4.1's output, whose largest value is 5.9;

@@ -22,6 +22,10 @@ from jax_impl.parallel import spawn
 from parity.parallel import DDPSpec, compare_ddp, divergence
 from tests.parallel import _workers
 
+# The CPU runs here train under torch DDP, pmap or sharded jit in subprocesses: the slow tier (the
+# default tier keeps the launchers' tests, tests/parallel/test_launch.py). The CUDA tests stay in the
+# default tier (skipped without CUDA), so that benchmarks/run_gpu.sh selects them with -k alone.
+
 LENET = ("LeNet", {"num_classes": 10, "in_channels": 1, "image_size": 8})
 
 
@@ -30,7 +34,7 @@ def _data(n: int, shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np
     return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, 10, n)
 
 
-@pytest.mark.slow  # a subprocess compiling LeNet under pmap, sharded jit and vmap
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 def test_n_devices_equal_one_device_full_batch(n: int) -> None:
     result = spawn(_workers.single_vs_replicated, 1, (n,), local_devices=n, timeout=300)[0]
@@ -43,12 +47,12 @@ def test_n_devices_equal_one_device_full_batch(n: int) -> None:
     assert result["vmap_vs_pmap"] <= 1e-6, result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "dtype", "world_size"), [
-    ("pmap", "float32", 2),  # the default tier's one DDP run: parity.parallel end to end
-    pytest.param("sharded", "float32", 2, marks=pytest.mark.slow),
-    pytest.param("multiprocess", "float32", 2, marks=pytest.mark.slow),  # ~30 s: 4 processes
-    pytest.param("pmap", "float64", 2, marks=pytest.mark.slow),  # ~29 s
-    pytest.param("pmap", "float32", 4, marks=pytest.mark.slow),  # ~40 s: 4 torch ranks
+    ("pmap", "float32", 2), ("sharded", "float32", 2),
+    ("multiprocess", "float32", 2),  # 4 processes
+    ("pmap", "float64", 2),
+    ("pmap", "float32", 4),  # 4 torch ranks
 ])
 def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None:
     x, y = _data(70, (1, 8, 8))  # 70 = 2 x 35: the last local batch of 8 has 3 samples (4 ranks: pads to 72)
@@ -61,7 +65,7 @@ def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None
     np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5 if dtype == "float32" else 1e-12)
 
 
-@pytest.mark.slow  # DDP runs beyond the default tier's one
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", [
     {"name": "StepLR", "kwargs": {"step_size": 1, "gamma": 0.5}, "interval": "epoch"},  # 5 steps per epoch
     {"name": "OneCycleLR", "kwargs": {"max_lr": 0.1, "total_steps": 20}, "interval": "step"},  # cycles momentum
@@ -101,7 +105,7 @@ def test_lenet_with_param_groups_and_another_loss_matches_torch_ddp() -> None:
     np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5)
 
 
-@pytest.mark.slow  # ~73 s: ResNet-18 compiled under pmap, plus torch
+@pytest.mark.slow
 def test_sync_batchnorm_matches_global_batch_norm() -> None:
     """JAX SyncBatchNorm over 2 replicas vs torch's BatchNorm on the concatenated global batch (torch's own
     SyncBatchNorm refuses CPU tensors; with equal local batches the arithmetic is the same). ResNet-18,
