@@ -4,4 +4,5 @@ import sys
 
 from parity.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # DataLoader workers may import this module again
+    sys.exit(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import warnings
 from typing import Any
 
 import numpy as np
@@ -200,20 +201,25 @@ def _array_datasets(data: Any, what: str) -> tuple[Any, Any]:
     return torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), TensorDataset(x, y)
 
 
-def _probe(torch_model: torch.nn.Module, loader: Any, dtype: torch.dtype) -> None:
-    """One sample through the torch model in eval mode (no state changes): a model that does not fit the data
-    fails here, as bad input, before anything is written."""
-    x = loader.dataset[0][0]
+def _probe(torch_model: torch.nn.Module, loss_fn: Any, loader: Any, dtype: torch.dtype) -> None:
+    """One sample through the torch model (eval mode: no state changes) and the loss: a model or loss that
+    does not fit the data fails here, as bad input, before anything is written."""
+    x, y = loader.dataset[0]
     x = torch.as_tensor(np.asarray(x))[None].to(dtype)
+    y = torch.as_tensor(np.asarray(y))[None]
     was_training = torch_model.training
     torch_model.eval()
     try:
-        with torch.no_grad():
-            torch_model(x)
-    except Exception as error:  # noqa: BLE001 - whatever the user's forward raises, it is the model/data mismatch
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = torch_model(x)
+            loss_fn(out, y.to(out.dtype) if y.is_floating_point() else y)
+    except Exception as error:  # noqa: BLE001 - whatever the user's code raises, it is a model/data mismatch
         first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"the torch model fails on a sample of shape {tuple(x.shape[1:])} of the data: {first}",
-                          path="model") from None
+        where = "train.loss" if "out" in locals() else "model"
+        part = "loss" if where == "train.loss" else "torch model"
+        raise ConfigError(f"the {part} fails on a sample of shape {tuple(x.shape[1:])} of the data: {first}",
+                          path=where) from None
     finally:
         torch_model.train(was_training)
 
@@ -252,16 +258,17 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     t_train, j_train = loaders(True)
     has_val = data[1] is not None if data is not None else cfg.data.val_fraction > 0
     eval_loaders = loaders(False) if has_val else None
-    _probe(torch_model, t_train, t_dtype)
+    loss = cfg.train.loss
+    t_loss = getattr(torch.nn, loss.name)(**loss.kwargs)
+    _probe(torch_model, t_loss, t_train, t_dtype)
     steps_per_epoch = len(t_train)
     t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
     t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
     tx, schedule = jax_optimizer(cfg.optimizer, cfg.scheduler, steps_per_epoch, groups)
-    loss = cfg.train.loss
     return Experiment(
         config=cfg, t_dtype=t_dtype, np_dtype=np_dtype, torch_model=torch_model, jax_model=jax_model,
         t_train=t_train, j_train=j_train, eval_loaders=eval_loaders, steps_per_epoch=steps_per_epoch,
         t_opt=t_opt, t_sched=t_sched, groups=groups, tx=tx, schedule=schedule,
         opt_state=tx.init(nnx.state(jax_model, nnx.Param)),
-        t_loss=getattr(torch.nn, loss.name)(**loss.kwargs), j_loss=getattr(jnn, loss.name)(**loss.kwargs),
+        t_loss=t_loss, j_loss=getattr(jnn, loss.name)(**loss.kwargs),
     )

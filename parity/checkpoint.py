@@ -1,19 +1,16 @@
-"""Run checkpoints: both sides' state in torch's formats, verified before anything is restored.
+"""Run checkpoints: both sides' state in torch's formats, verified before anything is unpickled.
 
-A checkpoint is one ``torch.save`` file holding
-
-* ``format`` / ``version``: what wrote it;
-* ``config``: the resolved config of the run (``ExperimentConfig.to_dict()``);
-* ``sha256``: the digest of ``payload``;
-* ``payload``: the bytes of a second ``torch.save`` file with the epoch,
-  the step, both models, both optimizers, the scheduler, both loaders'
-  generator states and the report so far (``history``).
-
-Both levels load with ``torch.load(weights_only=True)``: a file that needs
-anything but tensors and plain Python containers to unpickle (a crafted
-pickle that would run code) is refused, and nothing in it runs. A damaged
-file fails the digest. Every problem raises :class:`CheckpointError`, a
-:class:`parity.config.ConfigError`: bad input, exit code 2 on the CLI.
+A checkpoint file is a header line, the SHA-256 digest of the body, and the
+body: one ``torch.save`` of ``{format, version, config, epoch, step, torch,
+jax, history}`` (the resolved config, both models, both optimizers, the
+scheduler, both loaders' and both global generators' states, and the report
+so far). Reading checks the header and the digest of every byte of the body
+first, so a damaged file is refused before any unpickling, and then loads
+the body with ``torch.load(weights_only=True)``: a file that needs anything
+but tensors and plain Python containers (a crafted pickle that would run
+code) is refused, and nothing in it runs. Every problem raises
+:class:`CheckpointError`, a :class:`parity.config.ConfigError`: bad input,
+exit code 2 on the CLI.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import hashlib
 import inspect
 import io
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,8 @@ from parity.files import atomic_write
 __all__ = ["Checkpoint", "CheckpointError", "config_changes", "read_checkpoint", "restore", "write_checkpoint"]
 
 FORMAT = "parity-checkpoint"
-VERSION = 1
+VERSION = 2
+MAGIC = b"PARITY-CHECKPOINT\n"
 
 # Keys a resumed run may change freely: how long it runs, how often it saves,
 # how strictly it is judged (and against what) and what it is called. Any other key changes the
@@ -60,6 +59,7 @@ class Checkpoint:
     history: dict[str, Any] | None
     torch: dict[str, Any]
     jax: dict[str, Any]
+    only: str | None = None
 
 
 def write_checkpoint(path: str | os.PathLike, exp: Any, epoch: int, step: int, history: dict[str, Any]) -> None:
@@ -68,12 +68,10 @@ def write_checkpoint(path: str | os.PathLike, exp: Any, epoch: int, step: int, h
     ``history`` is the report so far (``RunReport.to_dict()``), so a resumed
     run reports every step from step 0.
     """
-    state = {"epoch": epoch, "step": step, "torch": _torch_state(exp), "jax": _jax_state(exp), "history": history}
-    payload = _serialize(state)
-    outer = {"format": FORMAT, "version": VERSION, "config": exp.config.to_dict(),
-             "sha256": hashlib.sha256(payload).hexdigest(),
-             "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
-    atomic_write(path, _serialize(outer))
+    body = _serialize({"format": FORMAT, "version": VERSION, "config": exp.config.to_dict(), "epoch": epoch,
+                       "step": step, "only": history.get("only"), "torch": _torch_state(exp),
+                       "jax": _jax_state(exp), "history": history})
+    atomic_write(path, MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
 
 
 def _serialize(obj: Any) -> bytes:
@@ -109,50 +107,55 @@ def _jax_state(exp: Any) -> dict[str, Any]:
             "rng": torch.from_numpy(jax_random.get_rng_state())}
 
 
-def _load(source: Any, what: str, path: Path) -> Any:
+def _load(source: Any, path: Path) -> Any:
     """``torch.load(source, weights_only=True)``; every failure is a one-line :class:`CheckpointError`."""
     try:
-        return torch.load(source, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint not found: {path}") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"checkpoint {path} is a folder; pass its checkpoint.pt") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. torch's note on a pickle protocol it did not write
+            return torch.load(source, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any failure to unpickle a user's file is bad input
         text = str(error)
         if "weights_only" in text or "Unsupported global" in text:
-            raise CheckpointError(f"refusing to load {what} {path}: it holds Python objects, not only tensors "
-                                  "(loading it would run code); only checkpoints written by `parity run` "
-                                  "resume") from None
+            raise CheckpointError(f"refusing to load {path}: it holds Python objects, not only tensors "
+                                  "(loading it would run code)") from None
         first = text.strip().splitlines()[0][:160] if text.strip() else type(error).__name__
-        raise CheckpointError(f"cannot read {what} {path}: not a torch file, or damaged ({first})") from None
+        raise CheckpointError(f"cannot read {path}: {first}") from None
 
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Load and verify a checkpoint written by :func:`write_checkpoint`.
 
     Raises:
-      CheckpointError: the file is missing, unreadable, not a parity
-        checkpoint, needs code to unpickle, or fails its digest.
+      CheckpointError: the file is missing, not a parity checkpoint, fails
+        its digest, needs code to unpickle, or lacks the run's state.
     """
     path = Path(path)
-    outer = _load(path, "checkpoint", path)
-    if not isinstance(outer, dict) or outer.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a parity checkpoint (one written by `parity run`, checkpoint.pt "
-                              "in its run folder)")
-    if outer.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {outer.get('version')!r}, this parity reads {VERSION}")
-    payload, digest = outer.get("payload"), outer.get("sha256")
-    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8 or not isinstance(digest, str):
-        raise CheckpointError(f"{path} is damaged: its payload or digest is missing")
-    data = payload.numpy().tobytes()
-    if hashlib.sha256(data).hexdigest() != digest:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint not found: {path}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"checkpoint {path} is a folder; pass its checkpoint.pt") from None
+    except OSError as error:
+        raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror}") from None
+    if not data.startswith(MAGIC):
+        raise CheckpointError(f"{path} is not a parity checkpoint (one written by `parity run`: checkpoint.pt "
+                              "in its run folder), or its header is damaged")
+    digest, newline, body = data[len(MAGIC):len(MAGIC) + 64], data[len(MAGIC) + 64:len(MAGIC) + 65], \
+        data[len(MAGIC) + 65:]
+    if newline != b"\n" or hashlib.sha256(body).hexdigest().encode() != digest:
         raise CheckpointError(f"{path} is damaged: its contents do not match their SHA-256 digest")
-    state = _load(io.BytesIO(data), "checkpoint payload of", path)
-    config = outer.get("config")
-    if not isinstance(state, dict) or not isinstance(config, dict) or not {"epoch", "step", "torch", "jax"} <= set(state):
-        raise CheckpointError(f"{path} is damaged: it lacks the run's state")
-    return Checkpoint(path=path, epoch=int(state["epoch"]), step=int(state["step"]), config=config,
-                      history=state.get("history"), torch=state["torch"], jax=state["jax"])
+    state = _load(io.BytesIO(body), path)
+    if not isinstance(state, dict) or state.get("format") != FORMAT or state.get("version") != VERSION:
+        raise CheckpointError(f"{path} is not a parity checkpoint of version {VERSION}")
+    shapes = {"epoch": int, "step": int, "config": dict, "torch": dict, "jax": dict}
+    for key, kind in shapes.items():
+        if not isinstance(state.get(key), kind) or (kind is int and state[key] < 0):
+            raise CheckpointError(f"{path} is damaged: '{key}' is {type(state.get(key)).__name__}")
+    history = state.get("history")
+    return Checkpoint(path=path, epoch=state["epoch"], step=state["step"], config=state["config"],
+                      history=history if isinstance(history, dict) else None, torch=state["torch"],
+                      jax=state["jax"], only=state.get("only"))
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -180,7 +183,7 @@ def _show(value: Any) -> str:
 
 
 def restore(exp: Any, ckpt: Checkpoint, *, resume_from: str | None = None,
-            allow_config_change: bool = False) -> Any:
+            allow_config_change: bool = False, only: str | None = None) -> Any:
     """Load ``ckpt`` into ``exp`` (both sides) and return the JAX optimizer state.
 
     Args:
@@ -191,6 +194,8 @@ def restore(exp: Any, ckpt: Checkpoint, *, resume_from: str | None = None,
         optimizer state.
       allow_config_change: accept a config that differs from the
         checkpoint's; both frameworks then use this run's hyperparameters.
+      only: this run's ``only``: a checkpoint of a one-framework run resumes
+        as such, or from that framework's state (``resume_from``).
 
     Raises:
       CheckpointError: the config changed (naming the keys) without
@@ -201,19 +206,23 @@ def restore(exp: Any, ckpt: Checkpoint, *, resume_from: str | None = None,
         listed = "; ".join(f"{k}: {_show(a)} in the checkpoint, {_show(b)} now" for k, a, b in changes[:5])
         raise CheckpointError(f"{ckpt.path} was written with another config ({listed}); resume with the "
                               "checkpoint's values, or pass --allow-config-change to continue with the new ones")
+    if ckpt.only is not None and only != ckpt.only and resume_from != ckpt.only:
+        raise CheckpointError(f"{ckpt.path} trained {ckpt.only} only: resume with --only {ckpt.only}, or with "
+                              f"--resume-from {ckpt.only} to start both frameworks from its state")
     if any(key.startswith("scheduler") for key, _, _ in changes):
         raise CheckpointError(f"{ckpt.path}: changing the scheduler on resume is not supported "
                               f"({', '.join(k for k, _, _ in changes if k.startswith('scheduler'))})")
     try:
-        return _restore(exp, ckpt, resume_from, allow_config_change and bool(changes))
+        changed = {key for key, _, _ in changes} if allow_config_change else set()
+        return _restore(exp, ckpt, resume_from, changed)
     except CheckpointError:
         raise
-    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as error:
-        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{ckpt.path} does not fit this run's model or optimizer: {first}") from None
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
+        text = " ".join(str(error).split())[:240] or type(error).__name__
+        raise CheckpointError(f"{ckpt.path} does not fit this run's model or optimizer: {text}") from None
 
 
-def _restore(exp: Any, ckpt: Checkpoint, resume_from: str | None, new_hyperparameters: bool) -> Any:
+def _restore(exp: Any, ckpt: Checkpoint, resume_from: str | None, changed: set[str]) -> Any:
     from flax import nnx
 
     from parity.convert import grouped_optimizer_state_from_torch, load_torch_state_dict, optimizer_state_from_torch
@@ -225,12 +234,13 @@ def _restore(exp: Any, ckpt: Checkpoint, resume_from: str | None, new_hyperparam
     exp.torch_model.load_state_dict(t_src["model"])
     # The param_groups (lr, betas as the scheduler left them) are torch's in both cases: same step.
     groups = ckpt.torch["optimizer"]["param_groups"]
+    new_hyperparameters = any(key.startswith("optimizer.") for key in changed)
     if new_hyperparameters:
-        groups = _groups_with_new_hyperparameters(exp, groups, ckpt)
+        groups = _groups_with_new_hyperparameters(exp, groups, ckpt, changed)
     exp.t_opt.load_state_dict({"state": t_src["optimizer"]["state"], "param_groups": groups})
     if exp.t_sched is not None:
         exp.t_sched.load_state_dict(ckpt.torch["scheduler"])
-        if new_hyperparameters:
+        if new_hyperparameters and "initial_lr" in groups[0]:
             exp.t_sched.base_lrs = [group["initial_lr"] for group in groups]
     exp.t_train.generator.set_state(ckpt.torch["generator"])
     load_torch_state_dict(exp.jax_model, j_src["model"])
@@ -253,24 +263,31 @@ def _restore(exp: Any, ckpt: Checkpoint, resume_from: str | None, new_hyperparam
     return _with_count(opt_state, ckpt.step)
 
 
-def _groups_with_new_hyperparameters(exp: Any, groups: list[dict[str, Any]], ckpt: Checkpoint) -> list[dict]:
-    """The checkpoint's torch param groups with this run's hyperparameters (``--allow-config-change``).
+def _groups_with_new_hyperparameters(exp: Any, groups: list[dict[str, Any]], ckpt: Checkpoint,
+                                     changed: set[str]) -> list[dict]:
+    """The checkpoint's torch param groups with this run's changed hyperparameters (``--allow-config-change``).
 
-    The freshly built optimizer holds the new values. With a scheduler, a
-    group's current ``lr`` is the JAX schedule's value at the resume point
-    (the new base lr scheduled as far as the checkpoint got), and
+    Only the changed keys take the freshly built optimizer's values (every
+    key when the param groups themselves changed): a scheduler's current
+    ``lr`` and cycled ``betas``/``momentum`` stay as the checkpoint has them.
+    With a scheduler, a changed ``lr`` is the JAX schedule's value at the
+    resume point (the new base lr scheduled as far as the checkpoint got), and
     ``initial_lr`` the new base, so both frameworks go on from the same lr.
     """
     fresh = exp.t_opt.state_dict()["param_groups"]
     if len(fresh) != len(groups):
         raise CheckpointError(f"{ckpt.path}: {len(groups)} param groups in the checkpoint, {len(fresh)} now")
+    every = any(key.startswith("optimizer.param_groups") for key in changed)
+    keys = {key.split(".")[1] for key in changed if key.startswith("optimizer.")}
     out = []
     for old, new in zip(groups, fresh, strict=True):
-        merged = {**old, **{k: v for k, v in new.items() if k != "params"}}
-        if exp.schedule is not None:
+        take = {k for k in new if k != "params"} if every else keys & set(new)
+        merged = {**old, **{k: new[k] for k in take}}
+        if "lr" in take and exp.schedule is not None:
             base0 = fresh[0].get("initial_lr", fresh[0]["lr"])
             scale = new.get("initial_lr", new["lr"]) / base0 if base0 else 1.0
             merged["lr"] = lr_at(exp.schedule, exp.config, ckpt.step, ckpt.epoch) * scale
+            merged["initial_lr"] = new.get("initial_lr", new["lr"])
         out.append(merged)
     return out
 

@@ -30,19 +30,17 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import signal
 import sys
 import tempfile
-import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from parity import __version__
 from parity.config import ConfigError, load_config
+from parity import interrupt
 from parity.files import no_space_message
 
 __all__ = ["main", "build_parser", "default_config_path"]
@@ -242,10 +240,14 @@ def _run(args: argparse.Namespace) -> int:
                                 progress=not args.no_progress, resume=args.resume, resume_from=args.resume_from,
                                 allow_config_change=args.allow_config_change, phases=phases)
     except DivergenceError as error:
-        print(f"parity: diverged: {error}", file=sys.stderr)
+        where = getattr(error, "parity_run_dir", None)
+        print(f"parity: diverged: {error}" + (f" (report in {where})" if where else ""), file=sys.stderr)
         return EXIT_DIVERGED
-    print(render_markdown(report))
-    print(f"run folder: {report.run_dir}")
+    try:
+        print(render_markdown(report))
+        print(f"run folder: {report.run_dir}", flush=True)
+    except BrokenPipeError:  # `parity run | head`: the reader left; the verdict still decides the exit code
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if report.passed else EXIT_DIVERGED
 
 
@@ -271,10 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is None:
         return _print_help(parser)
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main_thread else None
     try:
-        return handler(args)
+        with interrupt.deferred():
+            return handler(args)
     except ConfigError as error:
         print(f"parity: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -291,14 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except Exception as error:  # noqa: BLE001 - the CLI's last line of defence: one line, traceback to a file
         return _internal_error(error)
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
 
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM ends a run as Ctrl-C does: the report of the steps done is written, exit code 130."""
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _path_error(error: OSError) -> str | None:

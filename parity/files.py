@@ -18,6 +18,9 @@ from pathlib import Path
 
 __all__ = ["atomic_write", "check_writable", "make_run_folder", "no_space_message"]
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a temporary file, ``fsync`` and ``os.replace``.
@@ -31,6 +34,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
     payload = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the run's files from other users
         with os.fdopen(fd, "wb") as file:
             file.write(payload)
             file.flush()

@@ -49,10 +49,12 @@ class FloorReference:
         self.interval = cfg.scheduler.interval if cfg.scheduler is not None else None
         self.model = copy.deepcopy(exp.torch_model).double()
         self.optimizer, _ = torch_optimizer(cfg.optimizer, self.model)
-        self.optimizer.load_state_dict(exp.t_opt.state_dict())
         self.scheduler = build_scheduler(cfg.scheduler, self.optimizer) if cfg.scheduler is not None else None
         if self.scheduler is not None:
-            self.scheduler.load_state_dict(exp.t_sched.state_dict())
+            self.scheduler.load_state_dict(copy.deepcopy(exp.t_sched.state_dict()))
+        # A deep copy: torch's state_dict shares its tensors (Adam's `step` among them), and loading it
+        # after the scheduler restores the groups' lr and betas the scheduler's constructor reset.
+        self.optimizer.load_state_dict(copy.deepcopy(exp.t_opt.state_dict()))
         self.loss_fn = getattr(torch.nn, cfg.train.loss.name)(**cfg.train.loss.kwargs)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:

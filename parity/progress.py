@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from parity import interrupt
+
 __all__ = ["Phases", "step_bar"]
 
 
@@ -30,6 +32,7 @@ class Phases:
         return time.perf_counter() - self.start
 
     def __call__(self, text: str) -> None:
+        interrupt.check()  # a Ctrl-C during the previous phase is taken here
         if self.enabled:
             print(f"parity [{self.elapsed():6.1f}s] {text}", file=sys.stderr, flush=True)
 

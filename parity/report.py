@@ -78,6 +78,8 @@ class RunReport:
             of = f" of {self.total_steps}" if self.total_steps else ""
             return f"INTERRUPTED after {done}{of} steps" + (f": {self.message}" if self.message else "")
         if self.only is not None:
+            if not self.passed:
+                return f"FAILED ({self.only} only): {self.message}"
             return f"TRAINED ({self.only} only, no comparison) for {done} steps"
         if not self.passed:
             return "FAILED: " + (self.message or "parameters diverged")

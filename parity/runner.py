@@ -30,11 +30,12 @@ import numpy as np
 import torch
 
 from jax_impl import random as jax_random
+from parity import interrupt
 from parity.build import Experiment, build_experiment, lr_at
 from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_checkpoint
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
-from parity.files import make_run_folder
+from parity.files import check_writable, make_run_folder
 from parity.floor import FLOOR_FACTOR, FloorReference
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
@@ -64,16 +65,26 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
     folder = None
     if resume is not None:
         ckpt = read_checkpoint(resume)
-        exp.opt_state = restore(exp, ckpt, resume_from=resume_from, allow_config_change=allow_config_change)
+        exp.opt_state = restore(exp, ckpt, resume_from=resume_from, allow_config_change=allow_config_change,
+                                only=only)
         start_epoch, step = ckpt.epoch, ckpt.step
         if step >= total or start_epoch >= cfg.train.epochs:
             raise CheckpointError(f"nothing to do: {ckpt.path} is at step {step} (epoch {start_epoch}) and this run "
                                   f"ends at step {total}; raise train.epochs to train longer")
         if ckpt.history is not None:
-            report = report_from_dict({**ckpt.history, "config": cfg.to_dict(), "only": only, "total_steps": total,
-                                       "passed": True, "message": "", "interrupted": False})
+            try:
+                report = report_from_dict({**ckpt.history, "config": cfg.to_dict(), "only": only,
+                                           "total_steps": total, "passed": True, "message": "",
+                                           "interrupted": False})
+            except (TypeError, ValueError, KeyError, AttributeError):
+                raise CheckpointError(f"{ckpt.path} is damaged: its report history is unreadable") from None
         if write and (ckpt.path.parent / "report.json").exists():
             folder = ckpt.path.parent  # the run goes on in its own folder: one report from step 0
+            try:
+                check_writable(folder)
+            except OSError as error:
+                raise CheckpointError(f"the run folder {folder} is not writable ({error.strerror}); copy its "
+                                      "checkpoint.pt elsewhere to resume into a new folder") from None
         phases(f"resuming from {ckpt.path} at step {step} (epoch {start_epoch})")
     created = write and folder is None
     if created:
@@ -88,7 +99,7 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
             shutil.rmtree(folder, ignore_errors=True)
         raise
     except BaseException as error:
-        report.interrupted = True
+        report.interrupted, report.passed = True, False
         report.message = ("interrupted (SIGINT/SIGTERM)" if isinstance(error, KeyboardInterrupt)
                           else f"stopped by {type(error).__name__}: {error}")
         _write_quietly(report, folder)
@@ -190,7 +201,9 @@ def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int 
             if only is None:
                 _judge(report, cfg.train.tolerance.rtol)
             last = epoch == cfg.train.epochs - 1 or step >= total
-            if folder is not None and (mode == "every" or (mode == "last" and last)):
+            # Only whole epochs: the loaders cannot resume in the middle of one.
+            whole = step == (epoch + 1) * exp.steps_per_epoch
+            if folder is not None and whole and (mode == "every" or (mode == "last" and last)):
                 write_checkpoint(folder / "checkpoint.pt", exp, epoch + 1, step, report.to_dict())
             if step >= total:
                 break
@@ -212,6 +225,7 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
     for (tx_b, ty_b), (jx_b, jy_b) in zip(exp.t_train, exp.j_train, strict=True):
         if max_steps is not None and step >= max_steps:
             break
+        interrupt.check()
         record: dict[str, Any] = {"step": step, "epoch": epoch, "lr": lr_at(exp.schedule, cfg, step, epoch)}
         hunting = only is None and report.first_divergent_step is None
         rng = torch.get_rng_state() if (hunting or exp.floor is not None) else None
@@ -276,7 +290,9 @@ def _stop_if_not_finite(report: RunReport, record: dict[str, Any], step: int, ep
             report.message = f"{side} loss is {value} at step {step} (epoch {epoch})"
             if report.run_dir is not None:
                 write_report(report, report.run_dir)
-            raise DivergenceError(report.message)
+            error = DivergenceError(report.message)
+            error.parity_run_dir = report.run_dir
+            raise error
 
 
 def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: float, j_time: float) -> EpochRecord:
@@ -286,7 +302,7 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
     cfg, tol = exp.config, exp.config.train.tolerance
     rec = EpochRecord(epoch=epoch, steps=step, torch_seconds=t_time if only != "jax" else math.nan,
                       jax_seconds=j_time if only != "torch" else math.nan,
-                      lr=lr_at(exp.schedule, cfg, step, epoch + 1))
+                      lr=lr_at(exp.schedule, cfg, step - 1, epoch))  # the lr this epoch's last step used
     if only is None:
         ours = _jax_flat(exp.jax_model, nnx.Param)
         theirs = {k: v.detach().numpy() for k, v in exp.torch_model.named_parameters()}

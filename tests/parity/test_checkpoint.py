@@ -5,6 +5,7 @@ one line on stderr, never a traceback."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import json
 import os
@@ -212,15 +213,38 @@ def test_strict_json_and_a_verdict_with_its_numbers(finished):
     assert first == f"**{report.verdict()}**"
 
 
-def test_checkpoint_option(tmp_path):
-    for mode, expected in (("none", False), ("last", True)):
+def test_checkpoint_option_and_whole_epochs_only(tmp_path):
+    """`none` writes none, `last` one at the end; a run stopped inside an epoch (--steps) writes none, since the
+    loaders cannot resume in the middle of an epoch."""
+    for mode, steps, expected in (("none", None, False), ("last", None, True), ("every", 3, False)):
         report = run_experiment(load_config("configs/lenet_digits.yaml", [*SHORT, f"train.checkpoint={mode}"]),
-                                runs_dir=tmp_path / mode, progress=False, max_steps=3)
+                                runs_dir=tmp_path / mode, progress=False, max_steps=steps)
         assert (Path(report.run_dir) / "checkpoint.pt").exists() == expected
 
 
-def test_checkpoint_is_one_torch_file_loadable_without_code(finished):
-    outer = torch.load(finished[1], weights_only=True)
-    assert outer["format"] == "parity-checkpoint" and len(outer["sha256"]) == 64
-    inner = torch.load(io.BytesIO(outer["payload"].numpy().tobytes()), weights_only=True)
-    assert inner["step"] == 6 and set(inner["torch"]) == {"model", "optimizer", "scheduler", "generator"}
+def test_checkpoint_is_a_digest_then_a_torch_file_loadable_without_code(finished):
+    header, digest, body = finished[1].read_bytes().split(b"\n", 2)
+    assert header == b"PARITY-CHECKPOINT" and digest == hashlib.sha256(body).hexdigest().encode()
+    state = torch.load(io.BytesIO(body), weights_only=True)
+    assert state["step"] == 6 and state["config"]["name"] == "lenet-digits"
+    assert set(state["torch"]) == {"model", "optimizer", "scheduler", "generator", "rng"}
+
+
+@pytest.mark.parametrize("region", ["header", "digest", "body start", "body end"])
+def test_a_flip_anywhere_is_refused_before_unpickling(tmp_path, capsys, finished, region):
+    data = bytearray(finished[1].read_bytes())
+    index = {"header": 3, "digest": 30, "body start": 90, "body end": len(data) - 1}[region]
+    data[index] ^= 0x01
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(bytes(data))
+    assert _resume(tmp_path, path) == 2
+    assert "damaged" in _one_line(capsys.readouterr().err)
+
+
+def test_a_one_framework_checkpoint_resumes_as_such(tmp_path, capsys):
+    jax_only = run_experiment(load_config("configs/lenet_digits.yaml", SHORT), runs_dir=tmp_path / "a", only="jax",
+                              progress=False)
+    checkpoint = _copy(Path(jax_only.run_dir) / "checkpoint.pt", tmp_path)
+    assert _resume(tmp_path, checkpoint) == 2
+    assert "trained jax only: resume with --only jax" in _one_line(capsys.readouterr().err)
+    assert _resume(tmp_path, checkpoint, flags=["--resume-from", "jax"]) == 0
