@@ -363,7 +363,12 @@ def compare(
 def _is_key_array(leaf: Any) -> bool:
     jax = sys.modules.get("jax")
     dtype = getattr(leaf, "dtype", None)
-    return jax is not None and dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    if jax is None or dtype is None:
+        return False
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:  # a torch dtype: a tensor, never a key
+        return False
 
 
 def _without_rng_state(obj: Any) -> tuple[Any, tuple[str, ...]]:

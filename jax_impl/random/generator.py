@@ -27,11 +27,9 @@ import math
 import os
 import secrets
 from collections.abc import Callable, Sequence
+from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.experimental import io_callback
 
 from jax_impl.random import _torch_rng as _rng
 
@@ -61,6 +59,8 @@ def _after_staged_draws(method: Callable) -> Callable:
     @functools.wraps(method)
     def synced(self: Generator, *args, **kwargs):
         if self._staged_by is not None and self._staged_by == os.getpid():
+            import jax  # staged draws exist, so jax is loaded: the import is a lookup
+
             jax.effects_barrier()
         return method(self, *args, **kwargs)
 
@@ -320,7 +320,7 @@ class Generator:
         shape = _shape(size)
         return _rng.bernoulli(self._engine, math.prod(shape), p).reshape(shape)
 
-    def staged_bernoulli(self, size: int | Sequence[int], p: float, *, tied_to: jax.Array | None = None) -> jax.Array:
+    def staged_bernoulli(self, size: int | Sequence[int], p: float, *, tied_to: Any = None) -> Any:
         """:meth:`bernoulli` as a bool ``jax.Array`` that a traced (jitted) function can hold.
 
         The draw is an ordered ``io_callback``: each run of the compiled
@@ -350,6 +350,10 @@ class Generator:
         def draw(*_) -> np.ndarray:
             # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
             return _rng.bernoulli(engine, count, p).reshape(shape)
+
+        import jax  # jax_impl.random is imported by jax-free code (torch_ref's data sets): jax on first use
+        import jax.numpy as jnp
+        from jax.experimental import io_callback
 
         operands = () if tied_to is None else (jax.lax.stop_gradient(jnp.ravel(tied_to))[:0],)
         return io_callback(draw, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, ordered=True)
