@@ -56,6 +56,7 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
     ``objects`` are :func:`parity.build.build_experiment`'s ``torch_model``, ``jax_model``, ``train_data``
     and ``val_data``."""
     phases = phases or Phases(enabled=progress)
+    ckpt = read_checkpoint(resume) if resume is not None else None  # a bad file fails before any building
     phases("building both models, loaders and optimizers")
     exp = build_experiment(cfg, **objects)
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
@@ -63,8 +64,7 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=total)
     start_epoch = step = 0
     folder = None
-    if resume is not None:
-        ckpt = read_checkpoint(resume)
+    if ckpt is not None:
         exp.opt_state = restore(exp, ckpt, resume_from=resume_from, allow_config_change=allow_config_change,
                                 only=only)
         start_epoch, step = ckpt.epoch, ckpt.step

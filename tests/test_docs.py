@@ -50,7 +50,8 @@ def _cases() -> list:
     for path in doc_files():
         name = path.relative_to(ROOT).as_posix()
         for index, (line, code, slow) in enumerate(python_blocks(path.read_text(encoding="utf-8"))):
-            marks = [pytest.mark.slow] if slow else []
+            # The README's blocks run in the default tier; the docs pages' in the slow tier (CI runs both).
+            marks = [pytest.mark.slow] if slow or name != "README.md" else []
             cases.append(pytest.param(name, line, code, slow, id=f"{name}-{index}", marks=marks))
     return cases
 

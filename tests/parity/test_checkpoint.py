@@ -180,6 +180,7 @@ def test_internal_error_exits_3_with_the_traceback_in_the_run_folder(tmp_path, c
     assert json.loads((folder / "report.json").read_text())["interrupted"]
 
 
+@pytest.mark.slow  # ~10 s: 60 examples
 @settings(max_examples=60, deadline=10_000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_checkpoints_raise_checkpoint_error_only(tmp_path, finished, data):
@@ -241,6 +242,7 @@ def test_a_flip_anywhere_is_refused_before_unpickling(tmp_path, capsys, finished
     assert "damaged" in _one_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow  # two short runs
 def test_a_one_framework_checkpoint_resumes_as_such(tmp_path, capsys):
     jax_only = run_experiment(load_config("configs/lenet_digits.yaml", SHORT), runs_dir=tmp_path / "a", only="jax",
                               progress=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from parity.config import load_config
 from parity.experiment import run_experiment
 from parity.floor import FLOOR_FACTOR, torch_precision_floor
@@ -43,6 +45,7 @@ def test_a_porting_bug_fails_whatever_the_floor(monkeypatch):
     assert "beyond rtol 0.0001 and beyond 5x torch's own float32 floor" in report.message
 
 
+@pytest.mark.slow  # two short runs
 def test_float64_runs_stay_strict_and_the_floor_can_be_off():
     f64 = run_experiment(load_config("lenet_digits", ["train.dtype=float64"]), max_steps=5, write=False,
                          progress=False)

@@ -74,6 +74,7 @@ def test_cli_run_talks_on_stderr_and_reports_on_stdout(tmp_path, capsys):
     assert "━" not in out
 
 
+@pytest.mark.slow  # ~10 s each; the default config's full run stays in the default tier
 @pytest.mark.parametrize("config", ["configs/lenet_digits_sgd_steplr.yaml", "configs/lenet_digits_adamw_warmup_cosine.yaml",
                                     "configs/lenet_digits_adam_onecycle.yaml",
                                     "configs/lenet_digits_sgd_param_groups.yaml"])
@@ -128,7 +129,8 @@ def straight_and_first(tmp_path_factory):
     return straight, first
 
 
-@pytest.mark.parametrize("resume_from", [None, "torch", "jax"])
+@pytest.mark.parametrize("resume_from", [None, pytest.param("torch", marks=pytest.mark.slow),
+                                         pytest.param("jax", marks=pytest.mark.slow)])
 def test_resume_continues_the_trajectory(tmp_path, resume_from, straight_and_first):
     """2 epochs straight vs 1 epoch + resume: each side from its own checkpoint continues bit for bit;
     from the other framework's state, within the run's tolerance (measured: losses within 2.2e-6)."""

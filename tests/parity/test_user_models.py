@@ -27,6 +27,7 @@ def test_config_names_model_and_data_by_import_path(tmp_path):
     assert report.config["data"]["dataset"] == {"arrays": "examples.digits28:load", "kwargs": {}}
 
 
+@pytest.mark.slow  # three 46-step runs
 def test_dropout_resume_continues_the_mask_stream(tmp_path):
     """A checkpoint carries both global generators: 1 epoch + resume draws the masks 2 epochs straight draw."""
     straight = run_experiment(load_config("mnist_example", [SMALL]), write=False, progress=False)
