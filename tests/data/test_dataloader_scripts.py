@@ -102,7 +102,8 @@ def test_unguarded_script_with_jax_running_fails_at_once_in_one_line(tmp_path: P
     assert elapsed < _SCRIPT_TIMEOUT / 2
 
 
-@pytest.mark.parametrize("jax_running", [False, True], ids=["jax_idle", "jax_running"])
+@pytest.mark.parametrize("jax_running", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["jax_idle", "jax_running"])
 def test_guarded_script_runs_like_torch_without_forking_xla_threads(tmp_path: Path, jax_running: bool) -> None:
     """A guarded script: workers come from the fork server, which imports the script once if that is safe.
 

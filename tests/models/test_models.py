@@ -135,6 +135,7 @@ def test_one_sgd_step_matches_torch(name):
         assert err <= 1e-5, f"{k}: rel err {err:.3g}"
 
 
+@pytest.mark.slow  # ~11 s; tests/parity/test_user_models.py runs a summary in the default tier
 def test_summary_lists_every_layer_without_mismatch():
     t, j, _ = _pair("resnet18")
     text = summary(t, j, (1, 3, 32, 32))

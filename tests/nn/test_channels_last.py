@@ -90,6 +90,7 @@ def test_eval_logits_match_torch(name, batch, image, monkeypatch):
     assert err <= 1e-5, err
 
 
+@pytest.mark.slow  # ~6 s
 def test_switch_off_runs_module_by_module(monkeypatch):
     t, j = _pair("resnet18")
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32))
@@ -167,6 +168,7 @@ def test_eval_gradients_match_torch(batch, image, monkeypatch):
     assert worst[0] <= 1e-5, worst
 
 
+@pytest.mark.slow  # ~3 s; tests/nn/test_max_pool.py covers ties, NaN and inf in the default tier
 def test_max_pool_nhwc_matches_torch_with_ties_nan_and_inf():
     # Integer-valued inputs tie inside windows (torch routes the gradient to the first maximum);
     # a NaN wins its windows, -inf everywhere in one window keeps -inf.

@@ -214,6 +214,7 @@ def test_strict_json_and_a_verdict_with_its_numbers(finished):
     assert first == f"**{report.verdict()}**"
 
 
+@pytest.mark.slow  # three short runs; every other checkpoint test runs the default `every`
 def test_checkpoint_option_and_whole_epochs_only(tmp_path):
     """`none` writes none, `last` one at the end; a run stopped inside an epoch (--steps) writes none, since the
     loaders cannot resume in the middle of an epoch."""
