@@ -60,7 +60,7 @@ def test_python_objects_and_arrays():
     ('model={torch: "examples.mnist_net:Nope", jax: "examples.mnist_net:JaxNet"}', "has no attribute 'Nope'"),
     ('model={torch: "examples.mnist_net:Net", jax: "examples.mnist_net:Net"}', "model.jax: "),
     ('model.kwargs={c1: 3, image_size: 8}', "model: the torch model fails on a sample of shape (1, 28, 28)"),
-    ('model.kwargs={c1: 3, c2: 4, hidden: 5, image_size: 28}', None),
+    pytest.param('model.kwargs={c1: 3, c2: 4, hidden: 5, image_size: 28}', None, marks=pytest.mark.slow),
 ])
 def test_bad_user_models_exit_2_in_one_line(tmp_path, capsys, override, message):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path), "mnist_example", override]
