@@ -240,7 +240,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
 
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
 
-    if data is None and cfg.data.dataset.is_user_data:
+    if data is None and cfg.data.dataset.by_import_path:
         data = _user_arrays(cfg.data.dataset)
 
     def datasets(train: bool) -> tuple[Any, Any]:

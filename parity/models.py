@@ -273,7 +273,7 @@ def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.M
     import torch_ref.models as tm
     from parity.convert.modules import load_torch_state_dict
 
-    if getattr(model_config, "is_user_model", False):
+    if getattr(model_config, "by_import_path", False):
         return _build_user_models(model_config, seed)
     kwargs = model_config.resolved_kwargs()
     torch.manual_seed(seed)
@@ -355,7 +355,7 @@ def _build_user_models(model_config, seed: int) -> tuple[torch.nn.Module, nnx.Mo
 def input_shape(config) -> tuple[int, ...]:
     """One sample's shape for a config's data set: digits ``(1, 8, 8)``, synthetic its ``image_shape``."""
     dataset = config.data.dataset
-    if dataset.is_user_data:
+    if dataset.by_import_path:
         x, _ = import_object(dataset.arrays, "data.dataset.arrays")(train=True, **dataset.kwargs)
         return tuple(np.shape(x)[1:])
     if dataset.name == "digits":

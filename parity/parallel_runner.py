@@ -44,7 +44,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     for given, flag in ((only is not None, "--only"), (resume is not None, "--resume")):
         if given:
             raise ConfigError(f"data-parallel runs (parallel.world_size > 1) do not support {flag} yet", path=flag)
-    if cfg.model.is_user_model:
+    if cfg.model.by_import_path:
         raise ConfigError("data-parallel runs take the built-in models only", path="model")
     if par.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("backend nccl needs CUDA; use gloo (or auto) on CPU", path="parallel.backend")

@@ -51,15 +51,26 @@ class NamedSection:
     """
 
     section: ClassVar[str]
+    # Sections that may name the user's own callables instead (``model: {torch: ..., jax: ...}``): those
+    # fields, the first of which decides; their ``kwargs`` are free-form.
+    import_keys: ClassVar[tuple[str, ...]] = ()
     name: str
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    @property
+    def by_import_path(self) -> bool:
+        return bool(self.import_keys) and getattr(self, self.import_keys[0]) is not None
+
     def resolved_kwargs(self) -> dict[str, Any]:
         """Every keyword argument of the named class: the given ones, then its defaults."""
+        if self.by_import_path:
+            return dict(self.kwargs)
         params = registry.signature(self.section, self.name).params
         return {key: self.kwargs.get(key, param.default) for key, param in params.items()}
 
     def to_dict(self) -> dict[str, Any]:
+        if self.by_import_path:
+            return {**{key: getattr(self, key) for key in self.import_keys}, "kwargs": dict(self.kwargs)}
         return {"name": self.name, **self.resolved_kwargs()}
 
 
@@ -78,20 +89,9 @@ class ModelConfig(NamedSection):
     """
 
     section: ClassVar[str] = "model"
+    import_keys: ClassVar[tuple[str, ...]] = ("torch", "jax")
     torch: str | None = None
     jax: str | None = None
-
-    @property
-    def is_user_model(self) -> bool:
-        return self.torch is not None
-
-    def resolved_kwargs(self) -> dict[str, Any]:
-        return dict(self.kwargs) if self.is_user_model else super().resolved_kwargs()
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.is_user_model:
-            return {"torch": self.torch, "jax": self.jax, "kwargs": dict(self.kwargs)}
-        return super().to_dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,19 +108,8 @@ class DatasetConfig(NamedSection):
     """
 
     section: ClassVar[str] = "dataset"
+    import_keys: ClassVar[tuple[str, ...]] = ("arrays",)
     arrays: str | None = None
-
-    @property
-    def is_user_data(self) -> bool:
-        return self.arrays is not None
-
-    def resolved_kwargs(self) -> dict[str, Any]:
-        return dict(self.kwargs) if self.is_user_data else super().resolved_kwargs()
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.is_user_data:
-            return {"arrays": self.arrays, "kwargs": dict(self.kwargs)}
-        return super().to_dict()
 
 
 @dataclasses.dataclass(frozen=True)
