@@ -1,4 +1,4 @@
-"""torch.nn.functional on NCHW jax arrays: conv, pool, linear, pad here; norm, activations, dropout, losses re-exported.
+"""torch.nn.functional on NCHW jax arrays: conv, pool, linear, pad here; norm, attention, embedding, activations, dropout, losses re-exported.
 
 Every function takes torch's argument names and defaults and reproduces its
 output shapes, padding rules and divisors (``torch/nn/functional.py``,
@@ -54,6 +54,12 @@ from jax_impl.nn._functional_loss import (  # noqa: F401
     softmax,
 )
 from jax_impl.nn._functional_norm import batch_norm  # noqa: F401
+from jax_impl.nn._functional_normalization import group_norm, layer_norm, rms_norm  # noqa: F401
+from jax_impl.nn._functional_sparse import embedding  # noqa: F401
+from jax_impl.nn._functional_attention import (  # noqa: F401
+    multi_head_attention_forward,
+    scaled_dot_product_attention,
+)
 
 _HIGHEST = lax.Precision.HIGHEST
 _DIMENSION_NUMBERS = {

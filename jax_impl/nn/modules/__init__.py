@@ -24,6 +24,7 @@ from jax_impl.nn.modules.activation import (
     Tanhshrink,
     Threshold,
 )
+from jax_impl.nn.modules.attention import MultiheadAttention
 from jax_impl.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from jax_impl.nn.modules.container import ModuleList, Sequential
 from jax_impl.nn.modules.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
@@ -42,6 +43,7 @@ from jax_impl.nn.modules.loss import (
     SmoothL1Loss,
 )
 from jax_impl.nn.modules.module import Buffer, Module
+from jax_impl.nn.modules.normalization import GroupNorm, LayerNorm, RMSNorm
 from jax_impl.nn.modules.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -56,6 +58,8 @@ from jax_impl.nn.modules.pooling import (
     MaxPool2d,
     MaxPool3d,
 )
+from jax_impl.nn.modules.sparse import Embedding
+from jax_impl.nn.modules.transformer import TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
@@ -68,4 +72,6 @@ __all__ = [
     "Linear", "LogSigmoid", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "Module",
     "ModuleList", "NLLLoss", "PReLU", "ReLU", "ReLU6", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss",
     "Softmax", "Softplus", "Softsign", "SyncBatchNorm", "Tanh", "Tanhshrink", "Threshold", "Unflatten",
+    "Embedding", "GroupNorm", "LayerNorm", "MultiheadAttention", "RMSNorm",
+    "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
 ]
