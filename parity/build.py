@@ -21,8 +21,8 @@ import torch
 
 from parity.config import ConfigError
 
-__all__ = ["Experiment", "build_experiment", "cast_jax_model", "float_dtypes", "jax_optimizer", "lr_at",
-           "torch_optimizer"]
+__all__ = ["Experiment", "build_experiment", "cast_jax_model", "float_dtypes", "init_note", "jax_optimizer",
+           "lr_at", "torch_optimizer", "transforms"]
 
 
 @dataclasses.dataclass
@@ -46,6 +46,7 @@ class Experiment:
     opt_state: Any
     t_loss: Any
     j_loss: Any
+    init: str = ""  # the report's line on the initial weights (init_note)
     floor: Any = None  # parity.floor.FloorReference of a float32 run, set by the runner
 
     def total_steps(self, max_steps: int | None) -> int:
@@ -68,7 +69,7 @@ def cast_jax_model(model: Any, dtype: Any) -> None:
     for var in module_state(model).values():
         value = var[...]
         if jnp.issubdtype(value.dtype, jnp.floating):
-            var.value = jnp.asarray(value, dtype)
+            var.set_value(jnp.asarray(value, dtype))
 
 
 def torch_optimizer(optimizer_cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, list]:
@@ -146,7 +147,8 @@ def build_experiment(cfg: Any, *, torch_model: torch.nn.Module | None = None, ja
       cfg: the experiment config.
       torch_model, jax_model: the user's own pair instead of ``cfg.model``
         (both or neither); the JAX model takes the torch model's current
-        weights. Both are trained in place.
+        weights (with ``model.init: seed`` it keeps its own). Both are
+        trained in place.
       train_data, val_data: ``(inputs, targets)`` NumPy arrays instead of
         ``cfg.data.dataset`` (``val_data`` optional); both frameworks'
         loaders read them with ``cfg.data``'s batch size and shuffling.
@@ -169,13 +171,37 @@ def build_experiment(cfg: Any, *, torch_model: torch.nn.Module | None = None, ja
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
 
 
-def _user_models(torch_model: torch.nn.Module, jax_model: Any) -> tuple[torch.nn.Module, Any]:
+def _user_models(torch_model: torch.nn.Module, jax_model: Any, init: str) -> tuple[torch.nn.Module, Any]:
     from parity.convert.modules import load_torch_state_dict
+    from parity.models import check_same_keys
 
     if not isinstance(torch_model, torch.nn.Module):
         raise ConfigError(f"torch_model must be a torch.nn.Module, got {type(torch_model).__name__}")
-    load_torch_state_dict(jax_model, torch_model.state_dict())
+    try:
+        if init == "seed":
+            check_same_keys(torch_model, jax_model)
+        else:
+            load_torch_state_dict(jax_model, torch_model.state_dict())
+    except RuntimeError as error:
+        raise ConfigError(f"the JAX model cannot hold the torch model's weights: {error}") from None
     return torch_model, jax_model
+
+
+def init_note(cfg: Any, torch_model: torch.nn.Module, jax_model: Any) -> str:
+    """The report's line on where the JAX model's initial weights come from (``model.init``), with their
+    distance from torch's when the JAX model drew its own."""
+    from parity.compare import scaled_error
+    from parity.convert.modules import module_state
+
+    if cfg.model.init != "seed":
+        return "initial weights: the torch model's, copied into the JAX model"
+    ours = {k: np.asarray(v[...]) for k, v in module_state(jax_model).items()}
+    errors = {k: scaled_error(ours[k], v.detach().numpy()) for k, v in torch_model.named_parameters()}
+    worst = max(errors, key=errors.get) if errors else None
+    where = f" (max rel {errors[worst]:.3g} at {worst})" if worst is not None and errors[worst] > 0 else ""
+    same = "identical to torch's" if not where else "different from torch's" + where
+    return (f"initial weights: each framework's own init after seed {cfg.train.seed} "
+            f"(model.init: seed), {same}")
 
 
 def _user_arrays(section: Any) -> tuple[Any, Any]:
@@ -189,22 +215,41 @@ def _user_arrays(section: Any) -> tuple[Any, Any]:
         raise ConfigError(f"{section.arrays}(train=..., **kwargs) fails: {error}", path="data.dataset") from None
 
 
-def _array_datasets(data: Any, what: str) -> tuple[Any, Any]:
-    """``(torch TensorDataset, jax_impl TensorDataset)`` over the same ``(inputs, targets)`` arrays."""
+def transforms(configs: Any) -> tuple[Any, Any]:
+    """``(torch side, JAX side)`` of a config's transform list (``data.transform``): each a torchvision-style
+    ``Compose``, or ``None`` for an empty list."""
+    from jax_impl.data import transforms as jt
+    from torch_ref import data as td
+
+    if not configs:
+        return None, None
+    return (td.Compose([getattr(td, t.name)(**t.resolved_kwargs()) for t in configs]),
+            jt.Compose([getattr(jt, t.name)(**t.resolved_kwargs()) for t in configs]))
+
+
+def _array_datasets(data: Any, what: str, transform: tuple[Any, Any] = (None, None)) -> tuple[Any, Any]:
+    """``(torch data set, jax_impl data set)`` over the same ``(inputs, targets)`` arrays, each side with its
+    ``transform``."""
     from jax_impl.data import TensorDataset
+    from jax_impl.data.datasets import ArrayDataset
+    from torch_ref.data import TransformedDataset
 
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise ConfigError(f"{what} must be (inputs, targets) arrays, got {type(data).__name__}")
     x, y = (np.asarray(a) for a in data)
     if len(x) != len(y):
         raise ConfigError(f"{what}: {len(x)} inputs but {len(y)} targets")
-    return torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), TensorDataset(x, y)
+    t_x, t_y = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+    if transform[0] is None:
+        return torch.utils.data.TensorDataset(t_x, t_y), TensorDataset(x, y)
+    return TransformedDataset(t_x, t_y, transform[0]), ArrayDataset(x, y, transform[1])
 
 
 def _probe(torch_model: torch.nn.Module, loss_fn: Any, loader: Any, dtype: torch.dtype) -> None:
     """One sample through the torch model (eval mode: no state changes) and the loss: a model or loss that
     does not fit the data fails here, as bad input, before anything is written."""
-    x, y = loader.dataset[0]
+    with torch.random.fork_rng(devices=[]):  # a random transform's draws must not advance the run's stream
+        x, y = loader.dataset[0]
     x = torch.as_tensor(np.asarray(x))[None].to(dtype)
     y = torch.as_tensor(np.asarray(y))[None]
     was_training = torch_model.training
@@ -234,7 +279,11 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     from torch_ref.lr_scheduler import build_scheduler
 
     t_dtype, np_dtype = float_dtypes(cfg.train.dtype)
-    torch_model, jax_model = _user_models(*models) if models else build_models(cfg.model, seed=cfg.train.seed)
+    if models:
+        torch_model, jax_model = _user_models(*models, cfg.model.init)
+    else:
+        torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+    note = init_note(cfg, torch_model, jax_model)  # before the casts: the init's own dtype
     torch_model = torch_model.to(t_dtype)
     cast_jax_model(jax_model, np_dtype)
 
@@ -244,10 +293,12 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
         data = _user_arrays(cfg.data.dataset)
 
     def datasets(train: bool) -> tuple[Any, Any]:
+        t_transform, j_transform = transforms(cfg.data.transforms(train))
         if data is not None:
-            return _array_datasets(data[0 if train else 1], "train_data" if train else "val_data")
-        return (tdata.build_dataset(cfg.data.dataset, train=train, **split),
-                jdata.build_dataset(cfg.data.dataset, train=train, **split))
+            return _array_datasets(data[0 if train else 1], "train_data" if train else "val_data",
+                                   (t_transform, j_transform))
+        return (tdata.build_dataset(cfg.data.dataset, train=train, transform=t_transform, **split),
+                jdata.build_dataset(cfg.data.dataset, train=train, transform=j_transform, **split))
 
     def loaders(train: bool) -> tuple[Any, Any]:
         extra = {} if train else {"train": False}
@@ -270,5 +321,5 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
         t_train=t_train, j_train=j_train, eval_loaders=eval_loaders, steps_per_epoch=steps_per_epoch,
         t_opt=t_opt, t_sched=t_sched, groups=groups, tx=tx, schedule=schedule,
         opt_state=tx.init(nnx.state(jax_model, nnx.Param)),
-        t_loss=t_loss, j_loss=getattr(jnn, loss.name)(**loss.kwargs),
+        t_loss=t_loss, j_loss=getattr(jnn, loss.name)(**loss.kwargs), init=note,
     )

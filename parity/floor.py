@@ -72,11 +72,15 @@ class FloorReference:
         if self.scheduler is not None and self.interval == "epoch":
             self.scheduler.step()
 
-    def distance(self, torch_model: torch.nn.Module) -> tuple[float, str]:
-        """``(max rel, worst parameter)``: torch's float32 parameters against this float64 run's."""
+    def distances(self, torch_model: torch.nn.Module) -> dict[str, float]:
+        """Per parameter, ``max |f32 - f64| / max |f64|``: torch's float32 parameters against this float64 run's."""
         ref = dict(self.model.named_parameters())
-        errors = {k: scaled_error(v.detach().double().numpy(), ref[k].detach().numpy())
-                  for k, v in torch_model.named_parameters()}
+        return {k: scaled_error(v.detach().double().numpy(), ref[k].detach().numpy())
+                for k, v in torch_model.named_parameters()}
+
+    def distance(self, torch_model: torch.nn.Module) -> tuple[float, str]:
+        """``(max rel, worst parameter)`` of :meth:`distances`."""
+        errors = self.distances(torch_model)
         worst = max(errors, key=errors.get)
         return errors[worst], worst
 

@@ -46,7 +46,7 @@ def build_pair(seed: int, make_torch, make_jax, dtype):
     t_mod = make_torch(torch.float64 if dtype == np.float64 else torch.float32)
     manual_seed(seed)
     j_mod = make_jax(jnp.float64 if dtype == np.float64 else jnp.float32)
-    ours = {".".join(map(str, k)): np.asarray(v[...]) for k, v in nnx.state(j_mod, nnx.Param).flat_state()}
+    ours = {".".join(map(str, k)): np.asarray(v[...]) for k, v in nnx.to_flat_state(nnx.state(j_mod, nnx.Param))}
     theirs = {k: v.detach().numpy() for k, v in t_mod.named_parameters()}
     assert sorted(ours) == sorted(theirs)
     for k in theirs:
@@ -75,7 +75,7 @@ def compare_module(t_mod, j_mod, x: np.ndarray, seed: int = 0, call_kwargs=None)
         j_mod, jnp.asarray(x)
     )
     errors["grad input"] = rel_err(g_x, tx.grad.numpy())
-    flat = {".".join(map(str, k)): v[...] for k, v in nnx.state(g_mod, nnx.Param).flat_state()}
+    flat = {".".join(map(str, k)): v[...] for k, v in nnx.to_flat_state(nnx.state(g_mod, nnx.Param))}
     for name, p in t_mod.named_parameters():
         errors[f"grad {name}"] = rel_err(flat[name], p.grad.numpy())
     return errors

@@ -24,7 +24,7 @@ from flax import nnx
 from jax_impl.nn import channels_last_eval
 from parity.convert.modules import module_state
 
-__all__ = ["LayerRecord", "ModelComparison", "build_models", "compare_models", "import_object", "input_shape", "summary"]
+__all__ = ["LayerRecord", "ModelComparison", "build_models", "check_same_keys", "compare_models", "import_object", "input_shape", "summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +278,8 @@ def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.M
     kwargs = model_config.resolved_kwargs()
     torch.manual_seed(seed)
     torch_model = getattr(tm, model_config.name)(**kwargs)
+    if getattr(model_config, "init", "copy") == "seed":
+        return torch_model, _own_init(lambda: getattr(jm, model_config.name)(**kwargs), seed)
 
     def build() -> nnx.Module:
         return getattr(jm, model_config.name)(**kwargs, rngs=nnx.Rngs(seed))
@@ -341,15 +343,40 @@ def _build_user_models(model_config, seed: int) -> tuple[torch.nn.Module, nnx.Mo
     if not isinstance(torch_model, torch.nn.Module):
         raise ConfigError(f"{model_config.torch}(**kwargs) returned a {type(torch_model).__name__}, not a "
                           "torch.nn.Module", path="model.torch")
-    jax_model = jax_factory(**kwargs)
+    seeded = model_config.init == "seed"
+    jax_model = _own_init(lambda: jax_factory(**kwargs), seed) if seeded else jax_factory(**kwargs)
     if not isinstance(jax_model, nnx.Module):
         raise ConfigError(f"{model_config.jax}(**kwargs) returned a {type(jax_model).__name__}, not a flax.nnx "
                           "Module (a jax_impl.nn model)", path="model.jax")
     try:
-        load_torch_state_dict(jax_model, torch_model.state_dict())
+        if seeded:
+            check_same_keys(torch_model, jax_model)
+        else:
+            load_torch_state_dict(jax_model, torch_model.state_dict())
     except RuntimeError as error:
         raise ConfigError(f"the JAX model cannot hold the torch model's weights: {error}", path="model.jax") from None
     return torch_model, jax_model
+
+
+def _own_init(build, seed: int) -> nnx.Module:
+    """The JAX model built after ``jax_impl.random.manual_seed(seed)``: ``jax_impl.nn`` layers without ``rngs``
+    draw torch's numbers from that stream, so its own init equals torch's after ``torch.manual_seed(seed)``."""
+    from jax_impl import random as jax_random
+
+    jax_random.manual_seed(seed)
+    return build()
+
+
+def check_same_keys(torch_model: torch.nn.Module, jax_model: nnx.Module) -> None:
+    """``RuntimeError`` naming the state-dict keys and shapes one model has and the other lacks."""
+    ours = {k: tuple(v[...].shape) for k, v in module_state(jax_model).items()}
+    theirs = {k: tuple(v.shape) for k, v in torch_model.state_dict().items()}
+    if ours != theirs:
+        missing = sorted(set(theirs) - set(ours))
+        unexpected = sorted(set(ours) - set(theirs))
+        shapes = sorted(k for k in set(ours) & set(theirs) if ours[k] != theirs[k])
+        raise RuntimeError(f"missing keys {missing[:5]}, unexpected keys {unexpected[:5]}, "
+                           f"shape mismatches {shapes[:5]}")
 
 
 def input_shape(config) -> tuple[int, ...]:

@@ -38,6 +38,8 @@ class EpochRecord:
     lr: float = math.nan
     floor_max_rel: float = math.nan
     floor_worst: str | None = None
+    # Per parameter: [JAX-vs-torch max rel, torch f32-vs-f64 max rel (NaN without the floor run)].
+    leaves: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -64,6 +66,7 @@ class RunReport:
     interrupted: bool = False
     total_steps: int | None = None
     passed_by: str = "tolerance"
+    init: str = ""
 
     @property
     def rtol(self) -> float:
@@ -104,6 +107,8 @@ def report_from_dict(data: dict[str, Any]) -> RunReport:
     nan_fields = {f.name for f in dataclasses.fields(EpochRecord) if f.default is not None and f.type == "float"}
     report.epochs = [EpochRecord(**{k: (math.nan if v is None and k in nan_fields else v) for k, v in e.items()})
                      for e in data.get("epochs", [])]
+    for e in report.epochs:
+        e.leaves = {k: [math.nan if x is None else x for x in v] for k, v in (e.leaves or {}).items()}
     return report
 
 
@@ -143,6 +148,8 @@ _LEGEND = [
 def render_markdown(report: RunReport) -> str:
     """``report.md``: the verdict sentence first, then the per-epoch table and a legend."""
     lines = [f"**{report.verdict()}**", "", f"# parity run: {report.name}", ""]
+    if report.init:
+        lines += [report.init[0].upper() + report.init[1:] + ".", ""]
     if report.first_divergent_step is not None:
         lines += [f"First step whose losses differ beyond tolerance: {report.first_divergent_step}; replayed "
                   f"layer by layer, its first layer whose output differs: {report.first_divergent_layer}", ""]
@@ -156,6 +163,14 @@ def render_markdown(report: RunReport) -> str:
             f"{_fmt(e.buffer_max_rel)} | {_fmt(e.torch_accuracy)} | {_fmt(e.jax_accuracy)} | {_fmt(e.agreement)} | "
             f"{_fmt(e.torch_seconds)} | {_fmt(e.jax_seconds)} |"
         )
+    leaves = report.epochs[-1].leaves if report.epochs else {}
+    if leaves and any(not math.isnan(f) for _, f in leaves.values()):
+        lines += ["", f"Per tensor after step {report.epochs[-1].steps}: JAX's distance from torch beside torch's "
+                      "own float32-vs-float64 distance.", "",
+                  "| tensor | jax vs torch | torch f32 vs f64 | ratio |", "|---|---:|---:|---:|"]
+        for name, (ours, floor) in sorted(leaves.items(), key=lambda kv: -kv[1][0]):
+            ratio = ours / floor if floor > 0 else math.nan
+            lines.append(f"| {name} | {_fmt(ours)} | {_fmt(floor)} | {_fmt(ratio)} |")
     if report.steps:
         last = report.steps[-1]
         lines += ["", f"Final step {last['step']}: torch loss {_fmt(last.get('torch_loss'))}, "
@@ -197,6 +212,11 @@ def _plots(report: RunReport, folder: Path) -> None:
            if "torch_loss" in s and "jax_loss" in s else math.nan for s in report.steps]
     if any(v > 0 for v in rel if not math.isnan(v)):
         ax.semilogy(steps, [v if v > 0 else math.nan for v in rel], ".-", lw=0.8, ms=3, label="loss rel difference (per step)")
+    floor_steps = [abs(s["torch_loss"] - s["torch_f64_loss"]) / max(abs(s["torch_f64_loss"]), 1e-30)
+                   if "torch_f64_loss" in s and "torch_loss" in s else math.nan for s in report.steps]
+    if any(v > 0 for v in floor_steps if not math.isnan(v)):
+        ax.semilogy(steps, [v if v > 0 else math.nan for v in floor_steps], ".-", lw=0.6, ms=2, alpha=0.7,
+                    label="torch f32 vs f64 loss (floor, per step)")
     ends = [(e.steps - 1, e.param_max_rel) for e in report.epochs if e.param_max_rel > 0]
     if ends:
         ax.semilogy(*zip(*ends), "o", label="params max rel (end of epoch)")

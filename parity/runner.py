@@ -61,7 +61,7 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
     exp = build_experiment(cfg, **objects)
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
     total = exp.total_steps(max_steps)
-    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=total)
+    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=total, init=exp.init)
     start_epoch = step = 0
     folder = None
     if ckpt is not None:
@@ -75,7 +75,7 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
             try:
                 report = report_from_dict({**ckpt.history, "config": cfg.to_dict(), "only": only,
                                            "total_steps": total, "passed": True, "message": "",
-                                           "interrupted": False})
+                                           "interrupted": False, "init": exp.init})
             except (TypeError, ValueError, KeyError, AttributeError):
                 raise CheckpointError(f"{ckpt.path} is damaged: its report history is unreadable") from None
         if write and (ckpt.path.parent / "report.json").exists():
@@ -161,6 +161,8 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
     import jax.numpy as jnp
 
     loader = exp.j_train
+    # A random transform's draws for this sample and the dummy steps' dropout draws must not advance the run's stream.
+    rng = jax_random.get_rng_state()
     x, y = loader.dataset[0]
     batch = loader.batch_size or 1
     sizes = {batch} | ({len(loader.dataset) % batch} if not loader.drop_last else set())
@@ -168,7 +170,6 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
     phases("compiling the JAX train step")
     graphdef, state = _state(exp)
     jax_step = _jax_step_fn(exp, graphdef)
-    rng = jax_random.get_rng_state()  # the dummy steps' dropout draws must not advance the run's stream
     for size in sorted(sizes - {0}):
         xs = jnp.zeros((size, *np.shape(x)), exp.np_dtype)
         ys = jnp.asarray(np.stack([np.asarray(y)] * size))
@@ -311,8 +312,11 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
         rec.worst_leaf = max(scaled, key=scaled.get)
         rec.param_max_rel = scaled[rec.worst_leaf]
         rec.param_max_abs, rec.param_max_ulp = params.max_abs, params.max_ulp
-        if exp.floor is not None:
-            rec.floor_max_rel, rec.floor_worst = exp.floor.distance(exp.torch_model)
+        floor = exp.floor.distances(exp.torch_model) if exp.floor is not None else {}
+        if floor:
+            rec.floor_worst = max(floor, key=floor.get)
+            rec.floor_max_rel = floor[rec.floor_worst]
+        rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in scaled}
         buffers = {k: v.numpy() for k, v in exp.torch_model.state_dict().items() if "running" in k}
         if buffers:
             ours_b = _jax_flat(exp.jax_model, nnx.BatchStat)
@@ -372,4 +376,4 @@ def _replay_step(exp: Experiment, t_snap: dict[str, torch.Tensor], j_model: Any,
 def _jax_flat(model: Any, kind: Any) -> dict[str, np.ndarray]:
     from flax import nnx
 
-    return {".".join(map(str, k)): np.asarray(v[...]) for k, v in nnx.state(model, kind).flat_state()}
+    return {".".join(map(str, k)): np.asarray(v[...]) for k, v in nnx.to_flat_state(nnx.state(model, kind))}

@@ -198,13 +198,13 @@ def synthetic(num_samples: int = 512, image_shape: Sequence[int] = (1, 8, 8), nu
 
 
 def build_dataset(dataset_config, *, train: bool | None = None, val_fraction: float = 0.2,
-                  split_seed: int = 0) -> Dataset:
+                  split_seed: int = 0, transform: Callable | None = None) -> Dataset:
     """The data set a config's ``data.dataset`` section names (``digits`` or ``synthetic``)."""
     kwargs: dict[str, Any] = dataset_config.resolved_kwargs()
     if dataset_config.name == "digits":
-        return digits(train, val_fraction=val_fraction, split_seed=split_seed, **kwargs)
+        return digits(train, transform, val_fraction=val_fraction, split_seed=split_seed, **kwargs)
     if dataset_config.name == "synthetic":
-        full = synthetic(**kwargs)
+        full = synthetic(**kwargs, transform=transform)
         if train is None:
             return full
         return Subset(full, _split(len(full), val_fraction, split_seed)[0 if train else 1].tolist())

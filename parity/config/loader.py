@@ -276,6 +276,10 @@ def _build(cls: type, raw: Any, path: str) -> Any:
                 raise ConfigError("missing required key", path=key_path)
             continue
         value = raw[name]
+        listed = _listed_section(hints[name])
+        if listed is not None and value is not None:
+            values[name] = _build_list(listed, value, key_path)
+            continue
         nested = _dataclass_of(hints[name])
         if nested is not None and not (value is None and type(None) in typing.get_args(hints[name])):
             by_import_path = isinstance(value, Mapping) and any(k in value for k in ("torch", "jax", "arrays"))
@@ -291,6 +295,26 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         return cls(**values)
     except ConfigError as error:
         raise ConfigError(error.message, path=_join(path, error.path or "")) from None
+
+
+def _listed_section(annotation: Any) -> type[NamedSection] | None:
+    """The section class of a ``tuple[Section, ...]`` (or ``... | None``) field, e.g. ``data.transform``."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) is not tuple else ()
+    for candidate in members or (annotation,):
+        if typing.get_origin(candidate) is tuple:
+            args = typing.get_args(candidate)
+            if args and isinstance(args[0], type) and issubclass(args[0], NamedSection):
+                return args[0]
+    return None
+
+
+def _build_list(cls: type[NamedSection], raw: Any, path: str) -> tuple[NamedSection, ...]:
+    """A list of sections, each a name or ``{name: X, **kwargs}`` (``[ToTensor, {name: Normalize, ...}]``)."""
+    if isinstance(raw, (str, Mapping)):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)):
+        raise ConfigError(f"expected a list of {registry.SECTIONS[cls.section]}s, got {describe_value(raw)}", path=path)
+    return tuple(_build_named(cls, item, _join(path, str(i))) for i, item in enumerate(raw))
 
 
 def _default_of(field: dataclasses.Field[Any]) -> Any:
@@ -369,8 +393,11 @@ def _import_paths(raw: Mapping[str, Any], path: str, keys: tuple[str, ...], what
 
 def _user_model(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:
     """``model: {torch: "pkg.module:Factory", jax: "pkg.module:Factory", kwargs: {...}}``."""
-    kwargs = _import_paths(raw, path, ("torch", "jax"), "a user model names both sides")
-    return cls(name=raw["torch"], kwargs=kwargs, torch=raw["torch"], jax=raw["jax"])
+    init = raw.get("init", "copy")
+    kwargs = _import_paths({k: v for k, v in raw.items() if k != "init"}, path, ("torch", "jax"),
+                           "a user model names both sides")
+    return cls(name=raw["torch"], kwargs=kwargs, torch=raw["torch"], jax=raw["jax"],
+               init=coerce(init, typing.Literal["copy", "seed"], _join(path, "init")))
 
 
 def _user_dataset(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:

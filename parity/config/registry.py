@@ -103,9 +103,22 @@ _DATASETS: dict[str, dict[str, Param]] = {
     },
 }
 
+# torchvision's transforms both sides implement (jax_impl.data.transforms, torch_ref.data); their
+# signatures are jax_impl's, which are torchvision's (the keyword-only `generator` is not a config key).
+_TRANSFORMS = ("Normalize", "RandomCrop", "RandomHorizontalFlip", "ToTensor")
+
+
+def _transform_signature(name: str) -> Signature:
+    from jax_impl.data import transforms
+
+    signature = _from_class(getattr(transforms, name))
+    return Signature(f"transforms.{name}", {k: v for k, v in signature.params.items() if k != "generator"})
+
+
 SECTIONS: dict[str, str] = {
     "model": "model",
     "dataset": "dataset",
+    "transform": "transform",
     "optimizer": "optimizer",
     "scheduler": "LR scheduler",
     "loss": "loss",
@@ -119,6 +132,8 @@ def names(section: str) -> tuple[str, ...]:
         return tuple(_MODELS)
     if section == "dataset":
         return tuple(_DATASETS)
+    if section == "transform":
+        return _TRANSFORMS
     return tuple(sorted(_torch_classes(section)))
 
 
@@ -129,6 +144,10 @@ def signature(section: str, name: str) -> Signature:
         return Signature(f"models.{name}", dict(_MODELS[name]))
     if section == "dataset":
         return Signature(f"datasets.{name}", dict(_DATASETS[name]))
+    if section == "transform":
+        if name not in _TRANSFORMS:
+            raise KeyError(name)
+        return _transform_signature(name)
     return _from_class(_torch_classes(section)[name])
 
 

@@ -29,6 +29,7 @@ def _require(condition: bool, key: str, message: str) -> None:
 __all__ = [
     "NamedSection",
     "DatasetConfig",
+    "TransformConfig",
     "ModelConfig",
     "OptimizerConfig",
     "ParamGroupConfig",
@@ -84,14 +85,25 @@ class ModelConfig(NamedSection):
     ``torch`` and ``jax`` name a class or any callable (``"package.module:attribute"``,
     importable from the working directory or ``PYTHONPATH``) returning a
     ``torch.nn.Module`` and a ``jax_impl.nn`` module with the same state-dict
-    keys; both are called with ``kwargs``. The JAX model starts from the torch
-    model's weights.
+    keys; both are called with ``kwargs``.
+
+    ``init`` says where the JAX model's initial weights come from: ``"copy"``
+    (the default) loads the torch model's; ``"seed"`` keeps the JAX model's own
+    init, drawn after ``jax_impl.random.manual_seed(train.seed)`` as torch's
+    after ``torch.manual_seed(train.seed)`` (``jax_impl.nn`` layers built
+    without ``rngs`` draw torch's numbers), so the run also checks the init.
     """
 
     section: ClassVar[str] = "model"
     import_keys: ClassVar[tuple[str, ...]] = ("torch", "jax")
     torch: str | None = None
     jax: str | None = None
+    init: Literal["copy", "seed"] = "copy"
+
+    def to_dict(self) -> dict[str, Any]:
+        # `init` appears only when set, so configs and checkpoints written without it read the same.
+        out = super().to_dict()
+        return {**out, "init": self.init} if self.init != "copy" else out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +122,19 @@ class DatasetConfig(NamedSection):
     section: ClassVar[str] = "dataset"
     import_keys: ClassVar[tuple[str, ...]] = ("arrays",)
     arrays: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformConfig(NamedSection):
+    """One torchvision transform applied to every sample, on both sides: ``ToTensor``, ``Normalize``,
+    ``RandomHorizontalFlip`` or ``RandomCrop``, with torchvision's keyword arguments.
+
+    The torch side runs ``torch_ref.data.<name>`` (torchvision's tensor code
+    written with torch ops), the JAX side ``jax_impl.data.transforms.<name>``;
+    random transforms draw torch's numbers from each side's global generator.
+    """
+
+    section: ClassVar[str] = "transform"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +202,15 @@ class SchedulerConfig(NamedSection):
 class DataConfig:
     """The data set and how both loaders batch it.
 
-    ``val_fraction`` of the data set is held out for evaluation, split with
-    ``split_seed``; both loaders shuffle with ``train.seed``.
+    ``val_fraction`` of a built-in data set is held out for evaluation, split
+    with ``split_seed`` (a user data set gives its own held-out arrays); both
+    loaders shuffle with ``train.seed``.
+
+    ``transform`` is a list of torchvision transforms (torchvision's
+    ``Compose``) applied to each training sample, e.g.
+    ``[ToTensor, {name: Normalize, mean: [0.1307], std: [0.3081]}]``;
+    ``eval_transform`` those for the held-out samples (default: the same
+    list).
     """
 
     dataset: DatasetConfig = dataclasses.field(default_factory=lambda: DatasetConfig("digits"))
@@ -189,6 +221,12 @@ class DataConfig:
     num_workers: int = 0
     val_fraction: float = 0.2
     split_seed: int = 0
+    transform: tuple[TransformConfig, ...] = ()
+    eval_transform: tuple[TransformConfig, ...] | None = None
+
+    def transforms(self, train: bool) -> tuple[TransformConfig, ...]:
+        """The transforms of the training (``train=True``) or held-out samples."""
+        return self.transform if train or self.eval_transform is None else self.eval_transform
 
     def __post_init__(self) -> None:
         _require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -271,11 +309,18 @@ class ExperimentConfig:
         return {key: _plain(getattr(self, key)) for key in order}
 
 
+# Keys omitted from the resolved config while at their default, so configs and checkpoints written before
+# they existed read the same.
+_OMITTED_AT_DEFAULT = {DataConfig: {"transform": (), "eval_transform": None}}
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, NamedSection):
         return {k: _plain(v) for k, v in value.to_dict().items()}
     if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        omitted = _OMITTED_AT_DEFAULT.get(type(value), {})
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.name in omitted and getattr(value, f.name) == omitted[f.name])}
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

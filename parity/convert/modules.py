@@ -37,7 +37,7 @@ _STATE_TYPES = (nnx.Param, nnx.BatchStat, Buffer)
 
 def module_state(module: nnx.Module) -> dict[str, nnx.Variable]:
     """The module's variables under torch's dotted ``state_dict`` keys (RNG state excluded)."""
-    flat = nnx.state(module, nnx.Any(*_STATE_TYPES)).flat_state()
+    flat = nnx.to_flat_state(nnx.state(module, nnx.Any(*_STATE_TYPES)))
     return {".".join(map(str, path)): var for path, var in flat}
 
 

@@ -1,6 +1,7 @@
 """Config schema: loading, torch-signature validation, overrides and error messages."""
 
 import inspect
+import re
 import textwrap
 
 import pytest
@@ -208,3 +209,24 @@ def test_train_checkpoint_choices(value):
 def test_train_checkpoint_rejects_others(value, got):
     assert error_of({**MINIMAL, "train": {"checkpoint": value}}) == (
         f"train.checkpoint: expected 'every' | 'last' | 'none', got {got}")
+
+
+def test_transforms_are_a_list_of_torchvision_names_with_their_arguments():
+    cfg = load_config("lenet_digits", ["data.transform=[ToTensor, {name: Normalize, mean: [0.5], std: [0.2]}]"])
+    assert [t.name for t in cfg.data.transform] == ["ToTensor", "Normalize"]
+    assert cfg.data.transforms(train=False) == cfg.data.transform  # eval_transform defaults to the same list
+    resolved = cfg.to_dict()["data"]["transform"]
+    assert resolved == [{"name": "ToTensor"}, {"name": "Normalize", "mean": [0.5], "std": [0.2], "inplace": False}]
+    assert "transform" not in load_config("lenet_digits").to_dict()["data"]  # omitted at its default
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("data.transform=[Blur]", "data.transform.0.name: unknown transform 'Blur'; choose one of: Normalize,"),
+    ("data.transform=[{name: Normalize}]", "data.transform.0.mean: missing required key"),
+    ("data.transform=[{name: ToTensor, x: 1}]", "data.transform.0.x: unknown key"),
+    ("data.eval_transform=3", "data.eval_transform: expected a list of transforms, got int (3)"),
+    ("model.init=zero", "model.init: expected 'copy' | 'seed', got str ('zero')"),
+])
+def test_bad_transforms_and_init_are_named(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config("lenet_digits", [override])
