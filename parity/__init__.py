@@ -16,6 +16,11 @@ def __getattr__(name: str):
         from parity.experiment import run_experiment
 
         return run_experiment
+    if name == "port":
+        # A callable package: parity.port(model, example_input) ports, parity.port.check_port(...) checks.
+        import parity.port
+
+        return parity.port
     raise AttributeError(f"module 'parity' has no attribute {name!r}")
 
 __all__ = [
@@ -24,6 +29,7 @@ __all__ = [
     "__version__",
     "assert_parity",
     "compare",
+    "port",
     "run_experiment",
     "seed_everything",
     "strict_numerics",

@@ -1,0 +1,87 @@
+"""A ``torch.nn`` layer as the source of its ``jax_impl.nn`` namesake's constructor call.
+
+``jax_impl.nn`` layers take torch's constructor arguments, and torch keeps
+those arguments as attributes of the same names (``Conv2d.in_channels``,
+``BatchNorm2d.momentum``, ``MaxPool2d.ceil_mode``, ...), so the call is read
+off the torch module: every parameter of the ``jax_impl`` constructor gets
+the torch attribute of its name. ``bias`` is the one argument torch turns
+into a tensor (or ``None``); it becomes ``bias is not None``. Arguments
+equal to the default are left out, so the source reads as a person writes it.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+import jax_impl.nn as jnn
+from parity.port.errors import FALLBACK, PortError
+
+__all__ = ["layer_class", "layer_source"]
+
+# Factory keywords: the twin's arrays get torch's dtypes when the weights are loaded.
+_SKIPPED = {"self", "rngs", "device", "dtype"}
+
+
+def layer_class(module: torch.nn.Module):
+    """The ``jax_impl.nn`` class named like ``module``'s ``torch.nn`` class, or ``None``."""
+    cls = getattr(jnn, type(module).__name__, None)
+    return cls if isinstance(cls, type) and issubclass(cls, jnn.Module) else None
+
+
+def _value(module: torch.nn.Module, name: str):
+    value = getattr(module, name)
+    if name == "bias" and (value is None or isinstance(value, torch.Tensor)):
+        return value is not None
+    return value
+
+
+def _is_default(value, default) -> bool:
+    # torch stores `stride=1` as (1, 1); jax_impl expands the default the same way, so both mean the default.
+    if isinstance(value, tuple) and isinstance(default, int) and not isinstance(default, bool):
+        return all(type(v) is int and v == default for v in value)
+    return type(value) is type(default) and value == default
+
+
+def _literal(value) -> str:
+    if isinstance(value, torch.Size):
+        value = tuple(value)
+    if value is None or isinstance(value, (bool, int, float, str, tuple, list)):
+        return repr(value)
+    raise TypeError(type(value).__name__)
+
+
+def layer_source(module: torch.nn.Module, path: str) -> str:
+    """``nn.<Name>(arg, ..., key=value)`` that builds ``module``'s ``jax_impl.nn`` twin.
+
+    Raises:
+      PortError: ``jax_impl.nn`` has no such class, or a constructor argument
+        cannot be read from the torch module.
+    """
+    name = type(module).__name__
+    cls = layer_class(module)
+    if cls is None:
+        raise PortError(f"cannot port {path or 'the model'} (torch.nn.{name}): jax_impl.nn has no {name}. "
+                        f"Fallback: {FALLBACK}")
+    parts, named = [], False
+    for param in inspect.signature(cls.__init__).parameters.values():
+        if param.name in _SKIPPED or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        required = param.default is param.empty
+        if not hasattr(module, param.name):
+            if required:
+                raise PortError(f"cannot port {path} (torch.nn.{name}): jax_impl.nn.{name} needs {param.name!r}, "
+                                f"which the torch module does not keep as an attribute. Fallback: {FALLBACK}")
+            continue
+        value = _value(module, param.name)
+        if not required and _is_default(value, param.default):
+            continue
+        try:
+            text = _literal(value)
+        except TypeError as error:
+            raise PortError(f"cannot port {path} (torch.nn.{name}): its {param.name}={value!r} ({error}) is no "
+                            f"constructor literal. Fallback: {FALLBACK}") from None
+        named = named or not required or param.kind != param.POSITIONAL_OR_KEYWORD
+        parts.append(f"{param.name}={text}" if named else text)
+    return f"nn.{name}({', '.join(parts)})"

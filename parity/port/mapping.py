@@ -1,0 +1,281 @@
+"""The translation tables: fx ``call_function`` / ``call_method`` targets to JAX source.
+
+Each entry renders one node as a Python expression over the twin's local
+variables, with torch's semantics:
+
+- ``torch.nn.functional.<name>`` -> ``F.<name>`` of ``jax_impl.nn.functional``
+  (same names, arguments and defaults), for every function both have;
+- tensor methods and their ``torch.<name>`` twins (``view``, ``reshape``,
+  ``flatten``, ``permute``, ``transpose``, ``size``, ``mean``, ``sum``,
+  ``chunk``, ``split``, ``squeeze``, ``unsqueeze``, ``softmax``, ...) ->
+  ``jnp`` calls or the :mod:`parity.port.tensor_ops` helpers;
+- Python operators (``+``, ``@``, indexing, ``+=``) -> the same operators on
+  jax arrays; ``x.shape`` / ``x.ndim`` / ``x.T`` -> the same attributes.
+
+Anything else raises :class:`~parity.port.errors.PortError` naming the node.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import operator
+
+import torch
+import torch.nn.functional as TF
+
+from jax_impl.nn import functional as JF
+from parity.port.render import Renderer
+
+__all__ = ["render_call_function", "render_call_method"]
+
+_BINARY = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
+    operator.mod: "%", operator.pow: "**", operator.matmul: "@", operator.and_: "&", operator.or_: "|",
+    operator.xor: "^", operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+    operator.gt: ">", operator.ge: ">=",
+    # fx records `out += x` as operator.iadd; a jax array is immutable, so it is the out-of-place sum.
+    operator.iadd: "+", operator.isub: "-", operator.imul: "*", operator.itruediv: "/", operator.imatmul: "@",
+}
+_UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~"}
+
+# torch.nn.functional functions whose jax_impl namesake returns something else (F.batch_norm returns
+# the new running statistics too, since jax arrays cannot be updated in place).
+_DIFFERENT_RETURNS = {"batch_norm"}
+
+_FUNCTIONAL = {
+    getattr(TF, name): name
+    for name in dir(JF)
+    if not name.startswith("_") and name not in _DIFFERENT_RETURNS and callable(getattr(TF, name, None))
+}
+
+
+def _bound_call(r: Renderer, name: str, fn, args, kwargs) -> str:
+    """``name(args)`` after checking the arguments bind to ``fn``'s signature; defaults left out."""
+    signature = inspect.signature(fn)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise r.fail(f"{name} does not take these arguments ({error})") from None
+    parts, positional = [], True
+    for i, (key, value) in enumerate(bound.arguments.items()):
+        default = signature.parameters[key].default
+        if key == "training":
+            text = r.training(value)
+        elif default is not inspect.Parameter.empty and _same(value, default):
+            positional = False  # a later argument given by position must now be named
+            continue
+        else:
+            text = r(value)
+        positional = positional and i < len(args)
+        parts.append(text if positional else f"{key}={text}")
+    return f"{name}({', '.join(parts)})"
+
+
+def _same(value, default) -> bool:
+    simple = (type(None), bool, int, float, str)
+    return isinstance(value, simple) and isinstance(default, simple) and type(value) is type(default) and value == default
+
+
+def _axis(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+# Tensor methods (x.name(...)) and torch.name(x, ...): each takes the renderer and torch's arguments.
+def _reshape(r, x, *shape):
+    return f"{r.helper('torch_reshape')}({', '.join(r(v) for v in (x, *shape))})"
+
+
+def _flatten(r, x, start_dim=0, end_dim=-1):
+    return f"{r.helper('torch_flatten')}({r(x)}, {r(start_dim)}, {r(end_dim)})"
+
+
+def _permute(r, x, *dims):
+    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    return f"jnp.transpose({r(x)}, {r(dims)})"
+
+
+def _transpose(r, x, dim0, dim1):
+    return f"jnp.swapaxes({r(x)}, {r(dim0)}, {r(dim1)})"
+
+
+def _t(r, x):
+    return f"jnp.transpose({r(x)})"  # torch's t() takes <= 2-D tensors, where it is the full transpose
+
+
+def _same_tensor(r, x, *args, **kwargs):
+    return r(x)
+
+
+def _size(r, x, dim=None):
+    return f"{r(x)}.shape" if dim is None else f"{r(x)}.shape[{r(dim)}]"
+
+
+def _dim(r, x):
+    return f"{r(x)}.ndim"
+
+
+def _numel(r, x):
+    return f"{r(x)}.size"
+
+
+def _chunk(r, x, chunks, dim=0):
+    return f"{r.helper('torch_chunk')}({r(x)}, {r(chunks)}, {r(dim)})"
+
+
+def _split(r, x, split_size_or_sections, dim=0):
+    return f"{r.helper('torch_split')}({r(x)}, {r(split_size_or_sections)}, {r(dim)})"
+
+
+def _reduction(jnp_name):
+    def render(r, x, dim=None, keepdim=False, *, dtype=None):
+        args = [r(x)]
+        if dim is not None:
+            args.append(f"axis={r(_axis(dim))}")
+        if keepdim:
+            args.append(f"keepdims={r(keepdim)}")
+        if dtype is not None:
+            args.append(f"dtype={r(dtype)}")
+        return f"jnp.{jnp_name}({', '.join(args)})"
+
+    return render
+
+
+def _squeeze(r, x, dim=None):
+    return f"{r.helper('torch_squeeze')}({r(x)}" + ("" if dim is None else f", {r(_axis(dim))}") + ")"
+
+
+def _unsqueeze(r, x, dim):
+    return f"jnp.expand_dims({r(x)}, {r(dim)})"
+
+
+def _functional(name):
+    def render(r, x, *args, **kwargs):
+        return _bound_call(r, f"F.{name}", getattr(JF, name), (x, *args), kwargs)
+
+    return render
+
+
+def _jnp_unary(name):
+    def render(r, x):
+        return f"jnp.{name}({r(x)})"
+
+    return render
+
+
+def _binary(symbol):
+    def render(r, x, other):
+        return f"{r(x)} {symbol} {r(other)}"
+
+    return render
+
+
+def _astype(dtype_text):
+    def render(r, x):
+        return f"{r(x)}.astype({dtype_text})"
+
+    return render
+
+
+def _to(r, x, *args, **kwargs):
+    dtype = kwargs.get("dtype", args[0] if args else None)
+    if not isinstance(dtype, torch.dtype) or len(args) + len(kwargs) != 1:
+        raise r.fail("only x.to(dtype) has a JAX meaning (arrays live on jax's device)")
+    return f"{r(x)}.astype({r(dtype)})"
+
+
+def _matmul(r, x, other):
+    return f"jnp.matmul({r(x)}, {r(other)})"
+
+
+def _cat(r, tensors, dim=0):
+    return f"jnp.concatenate({r(tensors)}, axis={r(dim)})"
+
+
+def _stack(r, tensors, dim=0):
+    return f"jnp.stack({r(tensors)}, axis={r(dim)})"
+
+
+def _add(r, x, other, *, alpha=1):
+    return f"{r(x)} + {r(other)}" if alpha == 1 else f"{r(x)} + {r(alpha)} * {r(other)}"
+
+
+def _sub(r, x, other, *, alpha=1):
+    return f"{r(x)} - {r(other)}" if alpha == 1 else f"{r(x)} - {r(alpha)} * {r(other)}"
+
+
+def _div(r, x, other, *, rounding_mode=None):
+    if rounding_mode is not None:
+        raise r.fail(f"division with rounding_mode={rounding_mode!r} is not mapped")
+    return f"{r(x)} / {r(other)}"
+
+
+def _torch_dropout(r, x, p, train):
+    # torch.dropout(input, p, train) is F.dropout's kernel, with `train` for `training`.
+    return f"F.dropout({r(x)}, {r(p)}, {r.training(train)})"
+
+
+_METHODS = {
+    "view": _reshape, "reshape": _reshape, "flatten": _flatten, "permute": _permute, "transpose": _transpose,
+    "swapaxes": _transpose, "t": _t, "contiguous": _same_tensor, "size": _size, "dim": _dim, "numel": _numel,
+    "chunk": _chunk, "split": _split, "mean": _reduction("mean"), "sum": _reduction("sum"),
+    "amax": _reduction("max"), "amin": _reduction("min"), "squeeze": _squeeze, "unsqueeze": _unsqueeze,
+    "relu": _functional("relu"), "sigmoid": _functional("sigmoid"), "tanh": _functional("tanh"),
+    "softmax": _functional("softmax"), "log_softmax": _functional("log_softmax"),
+    "exp": _jnp_unary("exp"), "log": _jnp_unary("log"), "sqrt": _jnp_unary("sqrt"), "abs": _jnp_unary("abs"),
+    "neg": _jnp_unary("negative"), "add": _add, "sub": _sub, "mul": _binary("*"), "div": _div,
+    "pow": _binary("**"), "matmul": _matmul, "float": _astype("jnp.float32"), "double": _astype("jnp.float64"),
+    "to": _to,
+}
+
+# torch.<name>(x, ...) means x.<name>(...) for these.
+_TORCH_AS_METHOD = (
+    "flatten", "reshape", "permute", "transpose", "swapaxes", "t", "chunk", "split", "mean", "sum", "amax",
+    "amin", "squeeze", "unsqueeze", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "exp", "log", "sqrt",
+    "abs", "neg", "add", "sub", "mul", "div", "pow", "matmul", "numel",
+)
+_FUNCTIONS = {getattr(torch, name): _METHODS[name] for name in _TORCH_AS_METHOD}
+_FUNCTIONS.update({
+    torch.cat: _cat, torch.concat: _cat, torch.concatenate: _cat, torch.stack: _stack, torch.mm: _matmul,
+    torch.bmm: _matmul, torch.dropout: _torch_dropout,
+    torch.relu_: _functional("relu"), torch.max_pool1d: _functional("max_pool1d"),
+    torch.max_pool2d: _functional("max_pool2d"), torch.max_pool3d: _functional("max_pool3d"),
+    torch.avg_pool1d: _functional("avg_pool1d"), torch.adaptive_avg_pool1d: _functional("adaptive_avg_pool1d"),
+})
+
+_ATTRIBUTES = {"shape", "ndim", "dtype", "T"}
+
+
+def _apply(r: Renderer, what: str, render, args, kwargs) -> str:
+    try:
+        inspect.signature(render).bind(r, *args, **kwargs)
+    except TypeError as error:
+        raise r.fail(f"{what} with these arguments is not mapped ({error})") from None
+    return render(r, *args, **kwargs)
+
+
+def render_call_method(r: Renderer, name: str, args, kwargs) -> str:
+    """The expression for ``args[0].name(*args[1:], **kwargs)``; in-place ``name_`` as ``name``."""
+    base = name[:-1] if name.endswith("_") and not name.endswith("__") else name
+    render = _METHODS.get(base)
+    if render is None:
+        raise r.fail(f"the tensor method {name!r} has no JAX mapping")
+    return _apply(r, f"Tensor.{name}", render, args, kwargs)
+
+
+def render_call_function(r: Renderer, target, args, kwargs) -> str:
+    """The expression for ``target(*args, **kwargs)``."""
+    if target in _BINARY and len(args) == 2 and not kwargs:
+        return f"{r(args[0])} {_BINARY[target]} {r(args[1])}"
+    if target in _UNARY and len(args) == 1 and not kwargs:
+        return f"{_UNARY[target]}{r(args[0])}"
+    if target is operator.getitem and len(args) == 2 and not kwargs:
+        return f"{r(args[0])}[{r.index(args[1])}]"
+    if target is builtins.getattr and len(args) == 2 and args[1] in _ATTRIBUTES and not kwargs:
+        return f"{r(args[0])}.{args[1]}"
+    if target in _FUNCTIONAL:
+        name = _FUNCTIONAL[target]
+        return _bound_call(r, f"F.{name}", getattr(JF, name), args, kwargs)
+    if target in _FUNCTIONS:
+        return _apply(r, getattr(target, "__name__", repr(target)), _FUNCTIONS[target], args, kwargs)
+    raise r.fail("this function has no JAX mapping (jax_impl.nn.functional, jax.numpy)")
