@@ -39,9 +39,11 @@ VERSION = 2
 MAGIC = b"PARITY-CHECKPOINT\n"
 
 # Keys a resumed run may change freely: how long it runs, how often it saves,
-# how strictly it is judged (and against what) and what it is called. Any other key changes the
+# how strictly it is judged (and against what), what it is called and how many worker processes
+# load the (same) batches. Any other key changes the
 # trajectory and needs `--allow-config-change`.
-FREE_KEYS = ("name", "train.epochs", "train.max_steps", "train.checkpoint", "train.tolerance", "train.floor")
+FREE_KEYS = ("name", "train.epochs", "train.max_steps", "train.checkpoint", "train.tolerance", "train.floor",
+             "data.num_workers")
 
 
 class CheckpointError(ConfigError):

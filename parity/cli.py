@@ -11,6 +11,8 @@ Subcommands are wired only once they work:
   end-to-end parity run (exit 1 when the two sides diverge beyond tolerance).
 - ``parity summary [FILE] [key=value ...]``: the config's model in torch and
   JAX side by side, per layer (output shape, parameter count).
+- ``parity port MODULE:FACTORY --input-shape N,C,H,W -o twin.py``: writes the
+  torch model's ``jax_impl`` twin and checks it (exit 1 when they differ).
 
 Exit codes (``parity --help`` lists them too):
 
@@ -104,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent folder of the run folder (default runs/)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.add_argument("--resume", metavar="CHECKPOINT",
-                     help="continue from a run's checkpoint.pt, in its run folder (the config must be the checkpoint's)")
+                     help="continue from a run's checkpoint.pt, in its run folder; without FILE the run uses the "
+                     "config the checkpoint records (overrides apply to it)")
     run.add_argument("--allow-config-change", action="store_true",
                      help="with --resume: accept a config that differs from the checkpoint's; both frameworks "
                      "use the new values")
@@ -142,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="leave glibc's malloc on 4 KiB pages (by default the benchmark processes run with "
                        "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless GLIBC_TUNABLES is set)")
     bench.set_defaults(handler=_bench)
+
+    from parity.port.cli import add_parser as add_port_parser
+
+    add_port_parser(commands)
     return parser
 
 
@@ -210,10 +217,27 @@ def _config_list(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace):
     file, overrides = args.file, list(args.overrides)
-    if file is not None and "=" in file and not Path(file).exists():
+    if file is not None and not _names_a_file(args):
         overrides.insert(0, file)  # `parity ... key=value`: the default config, overridden
         file = None
     return load_config(file if file is not None else default_config_path(), overrides)
+
+
+def _names_a_file(args: argparse.Namespace) -> bool:
+    return args.file is not None and not ("=" in args.file and not Path(args.file).exists())
+
+
+def _resumed_config(args: argparse.Namespace):
+    """``--resume CKPT`` without a config file: the config the checkpoint records, with the overrides applied."""
+    from parity.checkpoint import read_checkpoint
+    from parity.config import apply_overrides, config_from_dict
+
+    overrides = ([args.file] if args.file is not None else []) + list(args.overrides)
+    raw = read_checkpoint(args.resume).config
+    try:
+        return config_from_dict(apply_overrides(raw, overrides))
+    except ConfigError as error:
+        raise ConfigError(f"the config recorded in {args.resume}: {error}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -221,7 +245,7 @@ def _run(args: argparse.Namespace) -> int:
     from parity.progress import Phases
 
     phases = Phases(enabled=not args.no_progress)
-    config = _load(args)
+    config = _resumed_config(args) if args.resume is not None and not _names_a_file(args) else _load(args)
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
     if args.allow_config_change and args.resume is None:

@@ -215,11 +215,18 @@ def build_dataloader(data_config, dataset: Dataset, *, seed: int, train: bool = 
     """The real ``torch.utils.data.DataLoader`` a config's ``data:`` section describes.
 
     The shuffle order comes from ``torch.Generator().manual_seed(seed)``
-    (``train.seed``), which ``jax_impl``'s loader reproduces.
+    (``train.seed``), which ``jax_impl``'s loader reproduces. Workers start
+    as ``jax_impl``'s do (forkserver, not torch's ``fork``): the process runs
+    JAX beside torch, and a fork of its threads can deadlock. The start
+    method changes neither the batches nor the workers' seeds.
     """
+    from jax_impl.data import default_worker_context
+
     batch = data_config.batch_size if train else (data_config.eval_batch_size or data_config.batch_size)
+    workers = data_config.num_workers
     return DataLoader(
         dataset, batch_size=batch, shuffle=data_config.shuffle and train,
-        drop_last=data_config.drop_last and train, num_workers=data_config.num_workers,
+        drop_last=data_config.drop_last and train, num_workers=workers,
         generator=torch.Generator().manual_seed(seed),
+        multiprocessing_context=default_worker_context() if workers > 0 else None,
     )

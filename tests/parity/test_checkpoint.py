@@ -251,3 +251,15 @@ def test_a_one_framework_checkpoint_resumes_as_such(tmp_path, capsys):
     assert _resume(tmp_path, checkpoint) == 2
     assert "trained jax only: resume with --only jax" in _one_line(capsys.readouterr().err)
     assert _resume(tmp_path, checkpoint, flags=["--resume-from", "jax"]) == 0
+
+
+def test_resume_without_a_config_uses_the_checkpoints(tmp_path, capsys, finished):
+    """``parity run --resume CKPT train.epochs=2``: no config file retyped; the recorded config, overridden.
+    A worker count is a free key: the same batches either way."""
+    checkpoint = _copy(finished[1], tmp_path)
+    assert main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "--resume", str(checkpoint),
+                 "train.epochs=2", "data.num_workers=1"]) == 0
+    assert "after 12 steps" in capsys.readouterr().out
+    assert main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "--resume", str(checkpoint),
+                 "optimizer.lrr=1"]) == 2
+    assert f"the config recorded in {checkpoint}: " in _one_line(capsys.readouterr().err)
