@@ -71,14 +71,26 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     reference = "torch BatchNorm on the global batch (SyncBatchNorm needs CUDA)" if sync_reference else (
         f"torch DDP, {n} ranks")
     where = f"{n} replicas on one device" if par.jax_mode == "vmap" else f"{n} devices"
-    phases(f"{reference}: training {steps} steps")
-    start = time.perf_counter()
-    torch_run = torch_reference(spec, initial)
-    torch_seconds = time.perf_counter() - start
-    phases(f"JAX {par.jax_mode} on {where}: compiling and training {steps} steps")
-    start = time.perf_counter()
-    jax_run_ = jax_run(spec, initial)
-    jax_seconds = time.perf_counter() - start
+    try:
+        phases(f"{reference}: training {steps} steps")
+        start = time.perf_counter()
+        torch_run = torch_reference(spec, initial)
+        torch_seconds = time.perf_counter() - start
+        phases(f"JAX {par.jax_mode} on {where}: compiling and training {steps} steps")
+        start = time.perf_counter()
+        jax_run_ = jax_run(spec, initial)
+        jax_seconds = time.perf_counter() - start
+    except BaseException as error:  # the run folder keeps a report saying why it holds no steps
+        report.interrupted, report.passed = True, False
+        report.message = ("interrupted (SIGINT/SIGTERM)" if isinstance(error, KeyboardInterrupt)
+                          else f"stopped by {type(error).__name__}: {error}")
+        if folder is not None:
+            try:
+                write_report(report, folder)
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            error.parity_run_dir = str(folder)
+        raise
     phases("comparing rank 0's parameters and buffers")
     report.steps = [{"step": i, "epoch": i // per_epoch, "torch_loss": a, "jax_loss": b}
                     for i, (a, b) in enumerate(zip(torch_run["losses"], jax_run_["losses"], strict=True))]
