@@ -12,13 +12,17 @@
 See ``docs/port.md``.
 """
 
+import importlib
 import sys
 import types
 
-from parity.port.check import PortCheck, check_port
-from parity.port.codegen import port_source
 from parity.port.errors import PortError
-from parity.port.live import instantiate, load_twin_class, port
+
+# torch, jax and flax load on first use, so `parity --help` (which imports parity.port.cli) stays light.
+_LAZY = {
+    "PortCheck": "parity.port.check", "check_port": "parity.port.check", "port_source": "parity.port.codegen",
+    "instantiate": "parity.port.live", "load_twin_class": "parity.port.live", "port": "parity.port.live",
+}
 
 __all__ = ["PortCheck", "PortError", "check_port", "instantiate", "load_twin_class", "port", "port_source"]
 
@@ -27,7 +31,12 @@ class _CallablePackage(types.ModuleType):
     # Importing parity.port binds the package as the attribute `parity.port`, which shadows any function of
     # that name; a callable package makes `parity.port(model, x)` and `parity.port.port(model, x)` the same.
     def __call__(self, torch_module, example_input=None):
-        return port(torch_module, example_input)
+        return self.port(torch_module, example_input)
+
+    def __getattr__(self, name: str):
+        if name in _LAZY:
+            return getattr(importlib.import_module(_LAZY[name]), name)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
 
 
 sys.modules[__name__].__class__ = _CallablePackage

@@ -64,10 +64,17 @@ class _Tracer(torch.fx.Tracer):
         self._control_flow(obj, "used as a Python bool (data-dependent control flow: if/while/and/or)")
 
     def iter(self, obj):
-        self._control_flow(obj, "iterated over in Python (its length is unknown to the trace)")
+        # fx unpacks `a, b = x.chunk(2)` itself (it reads the unpacking's length from the bytecode).
+        try:
+            return super().iter(obj)
+        except torch.fx.proxy.TraceError:
+            self._control_flow(obj, "iterated over in Python (its length is unknown to the trace)")
 
     def keys(self, obj):
-        self._control_flow(obj, "unpacked with ** (its keys are unknown to the trace)")
+        try:
+            return super().keys(obj)
+        except torch.fx.proxy.TraceError:
+            self._control_flow(obj, "unpacked with ** (its keys are unknown to the trace)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,192 @@
+"""Torch models written in the styles of well-known architectures (none is the project's own)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MnistNet(nn.Module):
+    """pytorch/examples' MNIST network, narrowed: functional relu / max_pool2d / log_softmax, two dropouts."""
+
+    def __init__(self, side: int = 12) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, 1)
+        self.conv2 = nn.Conv2d(4, 8, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(8 * ((side - 4) // 2) ** 2, 16)
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = F.relu(x)
+        x = self.conv2(x)
+        x = F.relu(x)
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout2(x)
+        x = F.dropout(x, 0.3, training=self.training)
+        x = self.fc2(x)
+        return F.log_softmax(x, dim=1)
+
+
+class VGGStyle(nn.Module):
+    """VGG: nn.Sequential conv blocks, torch.flatten, a Sequential classifier with Dropout."""
+
+    def __init__(self, widths=(4, 8), num_classes: int = 5) -> None:
+        super().__init__()
+        layers, channels = [], 3
+        for width in widths:
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(2, 2)]
+            channels = width
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d((2, 2))
+        self.classifier = nn.Sequential(nn.Linear(channels * 4, 16), nn.ReLU(True), nn.Dropout(),
+                                        nn.Linear(16, num_classes))
+
+    def forward(self, x):
+        x = self.features(x)
+        x = self.avgpool(x)
+        x = torch.flatten(x, 1)
+        return self.classifier(x)
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2/V3 block: 1x1 expand, depthwise 3x3 (groups = channels), 1x1 project, residual add."""
+
+    def __init__(self, channels: int, expand: int, stride: int = 1) -> None:
+        super().__init__()
+        hidden = channels * expand
+        self.use_res = stride == 1
+        self.block = nn.Sequential(
+            nn.Conv2d(channels, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.Hardswish(),
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
+            nn.Hardswish(),
+            nn.Conv2d(hidden, channels, 1, bias=False), nn.BatchNorm2d(channels),
+        )
+
+    def forward(self, x):
+        out = self.block(x)
+        if self.use_res:
+            return x + out
+        return out
+
+
+class MobileNetStyle(nn.Module):
+    """MobileNetV3-style: stem, inverted residuals with grouped convs, AdaptiveAvgPool2d, Hardswish head."""
+
+    def __init__(self, num_classes: int = 4) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.Hardswish())
+        self.blocks = nn.Sequential(InvertedResidual(8, 2), InvertedResidual(8, 2, stride=2))
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Sequential(nn.Linear(8, 12), nn.Hardswish(), nn.Linear(12, num_classes))
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        x = x + self.grouped(x)
+        x = self.pool(x).flatten(1)
+        return self.head(x)
+
+
+class DenseLayer(nn.Module):
+    def __init__(self, channels: int, growth: int) -> None:
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(channels)
+        self.conv1 = nn.Conv2d(channels, growth, 3, padding=1, bias=False)
+
+    def forward(self, features):
+        x = torch.cat(features, 1)
+        return self.conv1(F.relu(self.norm1(x)))
+
+
+class DenseBlockNet(nn.Module):
+    """DenseNet: a block whose layers read torch.cat of every earlier output (a ModuleList), a transition."""
+
+    def __init__(self, channels: int = 4, growth: int = 3, layers: int = 3) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.layers = nn.ModuleList(DenseLayer(channels + i * growth, growth) for i in range(layers))
+        out = channels + layers * growth
+        self.transition = nn.Sequential(nn.BatchNorm2d(out), nn.ReLU(), nn.Conv2d(out, 4, 1), nn.AvgPool2d(2))
+
+    def forward(self, x):
+        features = [self.stem(x)]
+        for layer in self.layers:
+            features.append(layer(features))
+        return self.transition(torch.cat(features, dim=1))
+
+
+class UNetStyle(nn.Module):
+    """U-Net: MaxPool2d down, ConvTranspose2d up, torch.cat of the skip connections."""
+
+    def __init__(self, base: int = 4) -> None:
+        super().__init__()
+
+        def double(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                                 nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU(inplace=True))
+
+        self.down1 = double(1, base)
+        self.down2 = double(base, base * 2)
+        self.pool = nn.MaxPool2d(2)
+        self.bottom = double(base * 2, base * 4)
+        self.up2 = nn.ConvTranspose2d(base * 4, base * 2, 2, stride=2)
+        self.dec2 = double(base * 4, base * 2)
+        self.up1 = nn.ConvTranspose2d(base * 2, base, 2, stride=2)
+        self.dec1 = double(base * 2, base)
+        self.out = nn.Conv2d(base, 2, 1)
+
+    def forward(self, x):
+        d1 = self.down1(x)
+        d2 = self.down2(self.pool(d1))
+        b = self.bottom(self.pool(d2))
+        u2 = self.dec2(torch.cat([self.up2(b), d2], dim=1))
+        u1 = self.dec1(torch.cat([self.up1(u2), d1], dim=1))
+        return self.out(u1)
+
+
+class TensorOps(nn.Module):
+    """A functional-style forward over tensor methods: view/size, permute, transpose, chunk, split, mean/sum,
+    indexing, matmul, softmax, stack, unsqueeze/squeeze, a parameter read directly, a registered buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 6))
+        self.register_buffer("shift", torch.linspace(-1.0, 1.0, 6))
+
+    def forward(self, x):
+        n = x.size(0)
+        h = x.view(n, -1, 6)
+        h = self.proj(h) * self.scale + self.shift
+        a, b = h.chunk(2, dim=2)
+        c, d, e = torch.split(h, [1, 2, 3], dim=-1)
+        attn = torch.softmax(a @ b.transpose(1, 2) / 3 ** 0.5, dim=-1)
+        mixed = torch.matmul(attn, d.sum(-1, keepdim=True) + e + c)
+        pooled = mixed.mean(dim=1)
+        stacked = torch.stack([pooled, -pooled], dim=1)
+        out = stacked.permute(0, 2, 1).reshape(n, -1)
+        out = out + h[:, 0, ::2].sum(1).unsqueeze(1) - x.shape[1] * 0.01
+        return out.unsqueeze(1).squeeze(1), F.log_softmax(out, 1)
+
+
+class Untraceable(nn.Module):
+    """Data-dependent control flow: fx cannot trace it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            return y
+        return -y

@@ -1,0 +1,42 @@
+"""``parity port``: writes the twin, checks it, prints the table; exit 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import torch
+
+import parity.port.check
+from parity.cli import main
+
+FACTORY = "tests.port.models:MnistNet"
+
+
+def test_writes_checks_and_exits_0(tmp_path, capsys):
+    out = tmp_path / "twin.py"
+    code = main(["port", FACTORY, "--kwargs", '{"side": 12}', "--input-shape", "2,1,12,12", "--dtype", "float64",
+                 "-o", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "class MnistNet(nn.Module):" in out.read_text()
+    assert "eval forward" in printed and "SGD step" in printed and "the twin matches torch" in printed
+
+
+def test_differences_beyond_tolerance_exit_1(tmp_path, capsys, monkeypatch):
+    # Zero tolerance: float32 reductions in a different order than torch's cannot all be bit-identical.
+    monkeypatch.setitem(parity.port.check.TOLERANCES, torch.float32, (0.0, 0.0))
+    code = main(["port", FACTORY, "--input-shape", "2,1,12,12", "-o", str(tmp_path / "twin.py")])
+    assert code == 1
+    assert "DIFFERS" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    cases = [
+        ["tests.port.no_such_module:Net", "--input-shape", "1,1,12,12"],
+        [FACTORY, "--input-shape", "1,x"],
+        [FACTORY, "--kwargs", "[1]", "--input-shape", "1,1,12,12"],
+        ["tests.port.models:Untraceable", "--input-shape", "2,4"],
+    ]
+    for args in cases:
+        assert main(["port", *args, "-o", str(tmp_path / "twin.py")]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("parity: error:") and "Traceback" not in err, err
+    assert "node 'gt'" in err

@@ -1,0 +1,101 @@
+"""Models nobody wrote for this project, ported automatically and checked against torch.
+
+Each model goes through ``parity.port`` and ``check_port``: forward in eval
+and train mode, BatchNorm buffers after the train forward, the gradients of
+one backward pass and the parameters after one SGD step, all against torch
+run here. Tolerances are ``check_port``'s (float64 rtol = atol = 1e-12,
+float32 1e-5; measured worst cases in ``parity/port/check.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parity
+from parity.convert import module_state
+from tests.port import models
+
+# (factory, input shape): small enough that all float64 cases run in a few seconds.
+CASES = {
+    "mnist": (lambda: models.MnistNet(side=12), (2, 1, 12, 12)),
+    "vgg": (models.VGGStyle, (2, 3, 16, 16)),
+    "mobilenet": (models.MobileNetStyle, (2, 3, 16, 16)),
+    "densenet": (models.DenseBlockNet, (2, 3, 8, 8)),
+    "unet": (models.UNetStyle, (2, 1, 8, 8)),
+    "tensor_ops": (models.TensorOps, (2, 4, 6)),
+}
+
+
+def _build(name: str, dtype: torch.dtype) -> tuple[torch.nn.Module, tuple[int, ...]]:
+    factory, shape = CASES[name]
+    torch.manual_seed(0)
+    return factory().to(dtype), shape
+
+
+# The default tier's share of the time budget: the rest run in the slow tier.
+SLOW = {"mobilenet", "unet"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
+def test_float64_within_1e_12(x64, name):
+    model, shape = _build(name, torch.float64)
+    twin = parity.port(model, torch.zeros(shape, dtype=torch.float64))
+    assert sorted(module_state(twin)) == sorted(model.state_dict())
+    check = parity.port.check_port(model, twin, input_shape=shape)
+    assert check.passed, check.table()
+    assert [phase for phase, _ in check.rows] == [
+        "eval forward", "train forward", "train buffers", "gradients", "SGD step"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_float32_within_1e_5(f32, name):
+    model, shape = _build(name, torch.float32)
+    check = parity.port.check_port(model, input_shape=shape)
+    assert check.passed, check.table()
+
+
+def test_bn_buffers_are_compared(x64):
+    model, shape = _build("vgg", torch.float64)
+    check = parity.port.check_port(model, input_shape=shape)
+    buffers = dict(check.rows)["train buffers"]
+    assert {leaf.key for leaf in buffers.compared} == {k for k, _ in model.named_buffers()}
+    assert buffers.passed
+
+
+def test_port_keeps_modes_weights_and_the_model(x64):
+    model, shape = _build("vgg", torch.float64)
+    model.eval()
+    model.features[1].train()  # a mixed-mode model: each submodule's own flag carries over
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    twin = parity.port(model)
+    assert twin.training is False and twin.features[1].training is True
+    assert model.training is False and model.features[1].training is True
+    for key, var in module_state(twin).items():
+        assert var[...].dtype.name == str(before[key].dtype).removeprefix("torch.")
+        torch.testing.assert_close(torch.tensor(np.asarray(var[...])), before[key], rtol=0, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("depth", ["resnet18", "resnet50"])
+def test_torchvision_style_resnets(x64, depth):
+    import torch_ref.models as tm
+
+    torch.manual_seed(0)
+    model = getattr(tm, depth)(num_classes=10).double()
+    twin = parity.port(model)
+    assert sorted(module_state(twin)) == sorted(model.state_dict())
+    check = parity.port.check_port(model, twin, input_shape=(2, 3, 64, 64))
+    assert check.passed, check.table()
+
+
+@pytest.mark.slow
+def test_resnet18_float32(f32):
+    import torch_ref.models as tm
+
+    torch.manual_seed(0)
+    model = tm.resnet18(num_classes=10)
+    check = parity.port.check_port(model, input_shape=(2, 3, 64, 64))
+    assert check.passed, check.table()

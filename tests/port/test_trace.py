@@ -1,0 +1,79 @@
+"""Models fx cannot trace, and nodes with no mapping: one clear error naming the node and the fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import parity
+from parity.port import PortError
+from tests.port import models
+
+
+def test_data_dependent_control_flow_names_the_node_and_line():
+    with pytest.raises(NotImplementedError) as info:
+        parity.port(models.Untraceable())
+    message = str(info.value)
+    assert isinstance(info.value, PortError)
+    assert "node 'gt'" in message and "used as a Python bool" in message
+    assert "models.py" in message and "if y.sum() > 0:" in message
+    assert 'model: {torch: "pkg:Net", jax: "pkg:JaxNet"}' in message
+
+
+class _Unmapped(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=0)
+
+
+class _UnknownLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.PixelShuffle(2)
+
+    def forward(self, x):
+        return self.up(x)
+
+
+class _InPlaceAlias(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        z = y.relu_()  # noqa: F841 - torch changes y itself; the twin could not
+        return y + 1
+
+
+@pytest.mark.parametrize("model, node, why", [
+    (_Unmapped(), "node 'cumsum'", "no JAX mapping"),
+    (_UnknownLayer(), "node 'up'", "jax_impl.nn has no PixelShuffle"),
+    (_InPlaceAlias(), "node 'relu_'", "modifies 'mul' in place"),
+])
+def test_unsupported_nodes_name_target_and_source_line(model, node, why):
+    with pytest.raises(PortError) as info:
+        parity.port.port_source(model)
+    message = str(info.value)
+    assert node in message and why in message and "test_trace.py" in message and "Fallback" in message
+
+
+def test_the_models_modes_survive_the_two_traces():
+    model = models.MnistNet()
+    model.eval()
+    model.fc1.train()
+    parity.port.port_source(model)
+    assert model.training is False and model.fc1.training is True and model.conv1.training is False
+
+
+def test_training_branch_becomes_an_if_in_the_twin(x64):
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y * 2 if self.training else y - 1
+
+    model = Branchy().double()
+    source = parity.port.port_source(model)
+    assert "if self.training:" in source
+    check = parity.port.check_port(model, input_shape=(2, 3))
+    assert check.passed, check.table()
