@@ -255,7 +255,10 @@ def threshold(input, threshold: float, value: float, inplace: bool = False):
 def prelu(input, weight):
     """``x > 0 ? x : weight * x``; a ``(C,)`` weight broadcasts over dim 1 (dim 0 of 1-D input)."""
     x, w = jnp.asarray(input), jnp.asarray(weight)
-    if w.size != 1:
+    if w.size == 1:
+        # A one-element weight broadcasts as a scalar: torch keeps the input's shape, also 0-d.
+        w = w.reshape(())
+    else:
         channels = x.shape[1] if x.ndim >= 2 else x.shape[0]
         if w.size != channels:
             raise ValueError(

@@ -862,7 +862,7 @@ def kl_div(
 ) -> Array:
     """Kullback-Leibler divergence with ``input`` as log-probabilities (Loss.cpp).
 
-    ``log_target=False``: ``where(t > 0, t * (log t - x), 0)``;
+    ``log_target=False``: ``xlogy(t, t) - t * x`` (``xlogy(0, t) = 0``; NaN for ``t < 0`` or NaN ``t``);
     ``log_target=True``: ``exp(t) * (t - x)``. ``'batchmean'`` is the sum
     divided by ``input.shape[0]``; ``'mean'`` averages over all elements.
 
@@ -887,10 +887,11 @@ def kl_div(
     if log_target:
         out = jnp.exp(t) * (t - x)
     else:
-        # No "safe log": torch's autograd of this very expression gives NaN
-        # target gradients where t == 0, and so does jax's.
+        # torch's kl_div: xlogy(t, t) - t * x, so a negative or NaN target gives NaN and the input
+        # gradient is -t everywhere. No "safe log": torch's autograd gives NaN target gradients
+        # where t == 0, and so does jax's through this where.
         zero = jnp.zeros((), x.dtype)
-        out = jnp.where(t > zero, t * (jnp.log(t) - x), zero)
+        out = jnp.where(t == zero, zero, t * jnp.log(t)) - t * x
     reduced = _reduce(out, inner)
     if reduction == "batchmean" and x.ndim != 0:
         reduced = _div_scalar(reduced, x.shape[0])

@@ -104,6 +104,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     x = jnp.asarray(input)
     if training:
         _verify_batch_size(x.shape)
+        if x.size == 0:
+            # aten's batch_norm_cpu returns the empty output and leaves the running statistics as they are.
+            zeros = jnp.zeros(x.shape[1:2], x.dtype)
+            return _normalize(x, zeros, zeros + 1, weight, bias), running_mean, running_var
         # Read five times (mean, variance, output; two reductions in the backward pass): kept in
         # memory, else XLA:CPU fuses its producer into each read, e.g. the transpose out of a
         # convolution's NHWC result (measured on XLA:CPU: a ResNet-18 train step ~10% faster).

@@ -65,6 +65,9 @@ def adam(
     """
     beta1, beta2 = betas
     check_adam_family(lr, eps, betas, weight_decay)
+    if isinstance(beta1, jax.Array) != isinstance(beta2, jax.Array):
+        # torch/optim/adam.py checks this after the range checks (a schedule counts as a float here).
+        raise ValueError("betas must be either both floats or both Tensors")
     small_weight = lerp_branch_of_one_minus(beta1)
     check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused)
 

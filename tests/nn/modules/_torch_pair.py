@@ -50,15 +50,21 @@ def rel_err(mine, theirs) -> float:
 
 
 def input_grad(fn, *args):
-    """Gradient of ``sum(fn(*args) * fixed weights)`` w.r.t. every float argument (jax side)."""
-    out = fn(*args)
+    """Output of ``fn`` and the gradient of ``sum(out * fixed weights)`` w.r.t. every float argument.
+
+    One forward pass (``jax.vjp``), so a call that draws dropout masks draws them once, as torch's.
+    """
+    floats = [i for i, a in enumerate(args) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)]
+
+    def of_floats(*fl):
+        full = list(args)
+        for i, a in zip(floats, fl):
+            full[i] = a
+        return fn(*full)
+
+    out, vjp = jax.vjp(of_floats, *(args[i] for i in floats))
     weights = jnp.cos(jnp.arange(out.size, dtype=out.dtype)).reshape(out.shape)
-
-    def loss(*a):
-        return jnp.sum(jnp.where(jnp.isnan(out), 0, fn(*a) * weights))
-
-    floats = tuple(i for i, a in enumerate(args) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating))
-    return out, jax.grad(loss, argnums=floats)(*args)
+    return out, vjp(jnp.where(jnp.isnan(out), 0, weights))
 
 
 def torch_input_grad(fn, *args):
