@@ -519,3 +519,22 @@ def test_modules_match_torch(index):
     graph, params = nnx.split(j_mod)
     jitted = jax.jit(lambda s, u, v: nnx.merge(graph, s)(u, v))(params, jnp.asarray(a), jnp.asarray(b))
     _check(jitted, want, F32, name + " jit")
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean", "batchmean"])
+def test_kl_div_negative_and_nan_targets_match_torch(reduction):
+    """torch's xlogy(t, t) - t * x: NaN loss for t < 0 or NaN t, input gradient -t (forward and backward)."""
+    x = np.array([[-1.0, -2.0, -0.5], [-1.0, -np.inf, 0.3]])
+    t = np.array([[-0.5, np.nan, 0.0], [0.3, 0.0, 2.0]])
+    tx, tt = torch.tensor(x, requires_grad=True), torch.tensor(t, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t_out = TF.kl_div(tx, tt, reduction=reduction)
+        t_out.sum().backward()
+        with jax.enable_x64(True):
+            out = F.kl_div(jnp.asarray(x), jnp.asarray(t), reduction=reduction)
+            gx, gt = jax.grad(lambda a, b: F.kl_div(a, b, reduction=reduction).sum(), argnums=(0, 1))(
+                jnp.asarray(x), jnp.asarray(t))
+    np.testing.assert_allclose(np.asarray(out), t_out.detach().numpy(), rtol=1e-15, equal_nan=True)
+    np.testing.assert_allclose(np.asarray(gx), tx.grad.numpy(), rtol=1e-15, equal_nan=True)
+    np.testing.assert_allclose(np.asarray(gt), tt.grad.numpy(), rtol=1e-15, equal_nan=True)

@@ -53,3 +53,24 @@ INVALID = [
 @pytest.mark.parametrize("kwargs", INVALID)
 def test_adam_validation(name, kwargs):
     H.assert_same_validation(name, kwargs)
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+@pytest.mark.parametrize("tensor_index", [0, 1])
+def test_adam_mixed_float_and_tensor_betas_raise_like_torch(name, tensor_index):
+    import jax.numpy as jnp
+    import torch
+
+    import jax_impl.optim
+
+    def betas(make):
+        pair = [0.9, 0.99]
+        pair[tensor_index] = make(pair[tensor_index])
+        return tuple(pair)
+
+    torch_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    with pytest.raises(ValueError) as theirs:
+        torch_cls([torch.zeros(1, requires_grad=True)], betas=betas(torch.tensor))
+    with pytest.raises(ValueError) as mine:
+        getattr(jax_impl.optim, name)(betas=betas(jnp.asarray))
+    assert str(mine.value) == str(theirs.value)

@@ -96,3 +96,12 @@ def test_masked_gradient_sign_and_nan_match_torch_bitwise(name, args):
         # measured 1.6e-7 relative (1 ulp); every other entry, and all of the others, bit for bit.
         np.testing.assert_allclose(gx, want, rtol=2.4e-7 if name == "Hardswish" else 0, atol=0)
         np.testing.assert_array_equal(np.signbit(gx), np.signbit(want))
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (4,), (2, 3)])
+def test_prelu_keeps_input_shape_like_torch(shape):
+    x = np.linspace(-1, 1, int(np.prod(shape))).reshape(shape).astype(np.float32)
+    expected = torch.nn.PReLU()(torch.tensor(x)).detach().numpy()
+    out = nn.PReLU()(x)
+    assert out.shape == expected.shape
+    np.testing.assert_array_equal(np.asarray(out), expected)

@@ -30,6 +30,11 @@ from tests.nn.modules._torch_pair import (
 TOL = 1e-10
 
 
+def _default_first(values):
+    """The first value runs in the default tier, the rest in the slow tier (the default tier's time budget)."""
+    return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+
+
 def _mha_pair(seed, **kwargs):
     seed_both(seed)
     t_mod = torch.nn.MultiheadAttention(8, 2, dtype=torch.float64, **kwargs)
@@ -74,7 +79,7 @@ MHA_OPTIONS = [dict(), dict(bias=False), dict(kdim=3, vdim=5), dict(add_bias_kv=
 MASKS = ["", "kpm_bool", "kpm_float", "attn2_bool", "attn2_float", "attn3", "kpm_bool_attn2_bool"]
 
 
-@pytest.mark.parametrize("options", MHA_OPTIONS, ids=lambda o: ",".join(o) or "default")
+@pytest.mark.parametrize("options", _default_first(MHA_OPTIONS), ids=lambda o: ",".join(o) or "default")
 def test_mha_init_and_forward_match_torch(options):
     rng = np.random.default_rng(0)
     with jax.enable_x64(True):
@@ -93,7 +98,7 @@ def test_mha_init_and_forward_match_torch(options):
             _check_mha(t_mod, j_mod, q, k, v, key_padding_mask=kpm, attn_mask=attn, need_weights=need_weights)
 
 
-@pytest.mark.parametrize("kind", MASKS)
+@pytest.mark.parametrize("kind", _default_first(MASKS[::-1]))
 def test_mha_masks_match_torch(kind):
     rng = np.random.default_rng(1)
     with jax.enable_x64(True):
@@ -106,6 +111,7 @@ def test_mha_masks_match_torch(kind):
                        average_attn_weights=average)
 
 
+@pytest.mark.slow
 def test_mha_unbatched_and_causal_hint_match_torch():
     rng = np.random.default_rng(2)
     with jax.enable_x64(True):
@@ -118,6 +124,7 @@ def test_mha_unbatched_and_causal_hint_match_torch():
         _check_mha(t_mod, j_mod, x, x, x, key_padding_mask=np.array([False, False, True, False]))
 
 
+@pytest.mark.slow
 def test_mha_dropout_uses_torchs_masks():
     rng = np.random.default_rng(3)
     with jax.enable_x64(True):
@@ -129,7 +136,7 @@ def test_mha_dropout_uses_torchs_masks():
             _check_mha(t_mod, j_mod, x, x, x, need_weights=need_weights)
 
 
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", _default_first([1, 0, 2, 3, 4, 5]))
 def test_sdpa_matches_torch(case):
     rng = np.random.default_rng(case)
     shapes = [((2, 3, 4, 5), (2, 3, 6, 5)), ((1, 2, 3, 4), (1, 2, 3, 4)), ((3, 4, 2), (3, 5, 2))][case % 3]

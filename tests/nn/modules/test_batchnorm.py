@@ -201,3 +201,25 @@ def test_sync_batchnorm_without_axis_is_batchnorm_and_convert():
     assert isinstance(model[1], nn.SyncBatchNorm) and model[1].axis_name == "i"
     with pytest.raises(NotImplementedError, match="process_group"):
         nn.SyncBatchNorm(3, process_group=object())
+
+
+@pytest.mark.parametrize("cls,shape", [("BatchNorm1d", (0, 3)), ("BatchNorm1d", (0, 3, 4)),
+                                       ("BatchNorm2d", (0, 3, 2, 2)), ("BatchNorm3d", (0, 3, 1, 2, 2))])
+def test_empty_batch_in_training_leaves_running_stats_like_torch(cls, shape):
+    t_mod = getattr(torch.nn, cls)(3)
+    x = torch.zeros(shape, requires_grad=True)
+    t_mod(x).sum().backward()
+    for mode in ("eager", "jit", "grad"):
+        j_mod = getattr(nn, cls)(3)
+        if mode == "eager":
+            y = j_mod(jnp.zeros(shape))
+        elif mode == "jit":
+            y = nnx.jit(lambda m, a: m(a))(j_mod, jnp.zeros(shape))
+        else:
+            grads = nnx.grad(lambda m, a: m(a).sum())(j_mod, jnp.zeros(shape))
+            np.testing.assert_array_equal(np.asarray(grads.weight[...]), t_mod.weight.grad.numpy())
+            y = jnp.zeros(shape)
+        assert y.shape == shape
+        np.testing.assert_array_equal(np.asarray(j_mod.running_mean[...]), t_mod.running_mean.numpy())
+        np.testing.assert_array_equal(np.asarray(j_mod.running_var[...]), t_mod.running_var.numpy())
+        assert int(j_mod.num_batches_tracked[...]) == int(t_mod.num_batches_tracked)

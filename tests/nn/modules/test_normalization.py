@@ -22,6 +22,11 @@ TOL = {np.float64: 1e-10, np.float32: 1e-5}
 TORCH_DTYPE = {np.float64: torch.float64, np.float32: torch.float32}
 
 
+def _default_first(values):
+    """The first value runs in the default tier, the rest in the slow tier (the default tier's time budget)."""
+    return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+
+
 def _check(t_mod, j_mod, x, dtype):
     t_mod.weight is not None and torch.nn.init.normal_(t_mod.weight)  # non-trivial affine parameters
     getattr(t_mod, "bias", None) is not None and torch.nn.init.normal_(t_mod.bias)
@@ -55,7 +60,7 @@ def _pair(kind, shape_arg, kwargs, dtype):
     return torch.nn.RMSNorm(shape_arg, dtype=td, **kwargs), nn.RMSNorm(shape_arg, dtype=jd, **kwargs)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", _default_first([np.float64, np.float32]))
 @pytest.mark.parametrize("kind,x_shape,shape_arg,kwargs", CASES)
 def test_norm_layers_match_torch(dtype, kind, x_shape, shape_arg, kwargs):
     with jax.enable_x64(dtype == np.float64):

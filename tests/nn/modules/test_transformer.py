@@ -28,6 +28,11 @@ OPTIONS = [
 ]
 
 
+def _default_first(values):
+    """The first value runs in the default tier, the rest in the slow tier (the default tier's time budget)."""
+    return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+
+
 def _jax_options(options):
     out = dict(options)
     if out.get("activation") is torch.nn.functional.silu:
@@ -42,8 +47,8 @@ def _encoder_pair(seed, dtype, dropout, options):
     return t_mod, j_mod
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(map(str, o)) or "default")
+@pytest.mark.parametrize("dtype", _default_first([np.float64, np.float32]))
+@pytest.mark.parametrize("options", _default_first(OPTIONS[::-1]), ids=lambda o: ",".join(map(str, o)) or "default")
 def test_encoder_layer_matches_torch(dtype, options):
     rng = np.random.default_rng(0)
     with jax.enable_x64(dtype == np.float64):
@@ -61,7 +66,7 @@ def test_encoder_layer_matches_torch(dtype, options):
             assert rel_err(g, tg) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("norm_first", _default_first([True, False]))
 def test_encoder_layer_dropout_uses_torchs_masks(norm_first):
     rng = np.random.default_rng(1)
     with jax.enable_x64(True):
@@ -75,6 +80,7 @@ def test_encoder_layer_dropout_uses_torchs_masks(norm_first):
         assert rel_err(g, tg) <= TOL[np.float64]
 
 
+@pytest.mark.slow
 def test_encoder_copies_the_layer_and_matches_torch():
     rng = np.random.default_rng(2)
     with jax.enable_x64(True):
@@ -90,7 +96,7 @@ def test_encoder_copies_the_layer_and_matches_torch():
         assert rel_err(g, tg) <= TOL[np.float64]
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("norm_first", _default_first([False, True]))
 def test_decoder_layer_matches_torch(norm_first):
     rng = np.random.default_rng(3)
     with jax.enable_x64(True):
