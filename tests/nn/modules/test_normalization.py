@@ -76,7 +76,10 @@ def test_norm_layers_wide_grid_float64(seed):
     rng = np.random.default_rng(seed)
     with jax.enable_x64(True):
         for kind, affine in itertools.product(("layer", "group", "rms"), (True, False)):
-            n, c, s = (int(v) for v in rng.integers(1, 6, 3))
+            # At least 3 elements per normalised group: over 2 the output is +-1 and its input gradient
+            # is pure cancellation (~1e-7 of its terms), which no relative bar measures meaningfully.
+            n, c = (int(v) for v in rng.integers(1, 6, 2))
+            s = int(rng.integers(3, 7))
             groups = int(rng.choice([g for g in range(1, 2 * c + 1) if (2 * c) % g == 0]))
             if kind == "group":
                 t_mod, j_mod = _pair(kind, (groups, 2 * c), dict(affine=affine), np.float64)
