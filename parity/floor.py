@@ -28,7 +28,7 @@ import torch
 from parity.build import torch_optimizer
 from parity.compare import scaled_error
 
-__all__ = ["FLOOR_FACTOR", "FloorReference", "torch_precision_floor"]
+__all__ = ["FLOOR_FACTOR", "FloorReference", "judge", "torch_precision_floor"]
 
 FLOOR_FACTOR = 5.0
 
@@ -83,6 +83,17 @@ class FloorReference:
         errors = self.distances(torch_model)
         worst = max(errors, key=errors.get)
         return errors[worst], worst
+
+
+def judge(report: Any, rtol: float) -> None:
+    """The verdict on a report's last epoch, set on ``report`` (a :class:`parity.report.RunReport`): within
+    ``rtol``, or within :data:`FLOOR_FACTOR` times torch's own float32 floor (``passed_by == "floor"``)."""
+    last = report.epochs[-1]
+    report.passed, report.passed_by, report.message = last.param_max_rel <= rtol, "tolerance", ""
+    if not report.passed and last.floor_max_rel > 0 and last.param_max_rel <= FLOOR_FACTOR * last.floor_max_rel:
+        report.passed, report.passed_by = True, "floor"
+        report.message = (f"{FLOOR_FACTOR:g}x torch's own float32-vs-float64 distance ({last.floor_max_rel:.2g} at "
+                          f"{last.floor_worst})")
 
 
 def torch_precision_floor(cfg: Any, steps: int) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_c
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
-from parity.floor import FLOOR_FACTOR, FloorReference
+from parity.floor import FLOOR_FACTOR, FloorReference, judge
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
 
@@ -200,7 +200,7 @@ def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int 
             t_time, j_time, step = _train_epoch(exp, report, only, max_steps, jax_step, epoch, step, bar, task)
             report.epochs.append(_measure(exp, only, epoch, step, t_time, j_time))
             if only is None:
-                _judge(report, cfg.train.tolerance.rtol)
+                judge(report, cfg.train.tolerance.rtol)
             last = epoch == cfg.train.epochs - 1 or step >= total
             # Only whole epochs: the loaders cannot resume in the middle of one.
             whole = step == (epoch + 1) * exp.steps_per_epoch
@@ -324,16 +324,6 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
     if exp.eval_loaders is not None:
         rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(exp, only)
     return rec
-
-
-def _judge(report: RunReport, rtol: float) -> None:
-    """The verdict on the last epoch: within ``rtol``, or within ``FLOOR_FACTOR`` times torch's own float32 floor."""
-    last = report.epochs[-1]
-    report.passed, report.passed_by, report.message = last.param_max_rel <= rtol, "tolerance", ""
-    if not report.passed and last.floor_max_rel > 0 and last.param_max_rel <= FLOOR_FACTOR * last.floor_max_rel:
-        report.passed, report.passed_by = True, "floor"
-        report.message = (f"{FLOOR_FACTOR:g}x torch's own float32-vs-float64 distance ({last.floor_max_rel:.2g} at "
-                          f"{last.floor_worst})")
 
 
 def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
