@@ -37,7 +37,7 @@ class Experiment:
     t_train: Any
     j_train: Any
     eval_loaders: tuple[Any, Any] | None
-    steps_per_epoch: int
+    steps_per_epoch: int  # optimizer steps: ceil(batches / train.accumulate)
     t_opt: torch.optim.Optimizer
     t_sched: Any
     groups: list[tuple[dict[str, Any], list[str]]]
@@ -50,7 +50,7 @@ class Experiment:
     floor: Any = None  # parity.floor.FloorReference of a float32 run, set by the runner
 
     def total_steps(self, max_steps: int | None) -> int:
-        """Optimizer steps of the whole run: every epoch's batches, capped by ``max_steps``."""
+        """Optimizer steps of the whole run: every epoch's steps, capped by ``max_steps``."""
         total = self.config.train.epochs * self.steps_per_epoch
         return total if max_steps is None else min(max_steps, total)
 
@@ -248,9 +248,11 @@ def _array_datasets(data: Any, what: str, transform: tuple[Any, Any] = (None, No
 def _probe(torch_model: torch.nn.Module, loss_fn: Any, loader: Any, dtype: torch.dtype) -> None:
     """One sample through the torch model (eval mode: no state changes) and the loss: a model or loss that
     does not fit the data fails here, as bad input, before anything is written."""
+    from parity.torch_step import model_input
+
     with torch.random.fork_rng(devices=[]):  # a random transform's draws must not advance the run's stream
         x, y = loader.dataset[0]
-    x = torch.as_tensor(np.asarray(x))[None].to(dtype)
+    x = model_input(torch.as_tensor(np.asarray(x))[None], dtype)
     y = torch.as_tensor(np.asarray(y))[None]
     was_training = torch_model.training
     torch_model.eval()
@@ -274,7 +276,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
 
     import jax_impl.nn as jnn
     from jax_impl.data import datasets as jdata
-    from parity.models import build_models
+    from parity.models import build_models, input_shape
     from torch_ref import data as tdata
     from torch_ref.lr_scheduler import build_scheduler
 
@@ -282,7 +284,8 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     if models:
         torch_model, jax_model = _user_models(*models, cfg.model.init)
     else:
-        torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+        sample_shape = input_shape(cfg) if cfg.model.ported else None  # jax: auto checks the port on it
+        torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed, sample_shape=sample_shape)
     note = init_note(cfg, torch_model, jax_model)  # before the casts: the init's own dtype
     torch_model = torch_model.to(t_dtype)
     cast_jax_model(jax_model, np_dtype)
@@ -312,7 +315,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     loss = cfg.train.loss
     t_loss = getattr(torch.nn, loss.name)(**loss.kwargs)
     _probe(torch_model, t_loss, t_train, t_dtype)
-    steps_per_epoch = len(t_train)
+    steps_per_epoch = -(-len(t_train) // cfg.train.accumulate)  # optimizer steps: train.accumulate batches each
     t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
     t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
     tx, schedule = jax_optimizer(cfg.optimizer, cfg.scheduler, steps_per_epoch, groups)

@@ -262,19 +262,23 @@ def summary(torch_model: torch.nn.Module, jax_model: nnx.Module, input_shape, *,
     return "\n".join(lines)
 
 
-def build_models(model_config, *, seed: int = 0) -> tuple[torch.nn.Module, nnx.Module]:
+def build_models(model_config, *, seed: int = 0,
+                 sample_shape: tuple[int, ...] | None = None) -> tuple[torch.nn.Module, nnx.Module]:
     """Both models of a config's ``model`` section, the JAX one holding exactly the torch one's weights.
 
     ``torch_ref.models.<name>(**kwargs)`` is built after ``torch.manual_seed(seed)``;
     ``jax_impl.models.<name>(**kwargs)`` is then loaded with its state dict, so
     both sides start identical (the init-from-torch contract of every parity run).
+    With ``jax: auto`` the JAX model is ``parity.port`` of the torch model; a
+    ``sample_shape`` (one sample, batch excluded: :func:`input_shape`) lets the
+    port check the twin's output shapes against torch's on such a sample.
     """
     import jax_impl.models as jm
     import torch_ref.models as tm
     from parity.convert.modules import load_torch_state_dict
 
     if getattr(model_config, "by_import_path", False):
-        return _build_user_models(model_config, seed)
+        return _build_user_models(model_config, seed, sample_shape)
     kwargs = model_config.resolved_kwargs()
     torch.manual_seed(seed)
     torch_model = getattr(tm, model_config.name)(**kwargs)
@@ -330,19 +334,21 @@ def import_object(path: str, key: str) -> Any:
     return obj
 
 
-def _build_user_models(model_config, seed: int) -> tuple[torch.nn.Module, nnx.Module]:
+def _build_user_models(model_config, seed: int, sample_shape=None) -> tuple[torch.nn.Module, nnx.Module]:
     """The user's torch model (built after ``torch.manual_seed(seed)``) and JAX twin holding its weights."""
     from parity.config import ConfigError
     from parity.convert.modules import load_torch_state_dict
 
     kwargs = model_config.resolved_kwargs()
     torch_factory = import_object(model_config.torch, "model.torch")
-    jax_factory = import_object(model_config.jax, "model.jax")
+    jax_factory = None if model_config.ported else import_object(model_config.jax, "model.jax")
     torch.manual_seed(seed)
     torch_model = torch_factory(**kwargs)
     if not isinstance(torch_model, torch.nn.Module):
         raise ConfigError(f"{model_config.torch}(**kwargs) returned a {type(torch_model).__name__}, not a "
                           "torch.nn.Module", path="model.torch")
+    if model_config.ported:
+        return torch_model, _ported_twin(torch_model, sample_shape)
     seeded = model_config.init == "seed"
     jax_model = _own_init(lambda: jax_factory(**kwargs), seed) if seeded else jax_factory(**kwargs)
     if not isinstance(jax_model, nnx.Module):
@@ -356,6 +362,27 @@ def _build_user_models(model_config, seed: int) -> tuple[torch.nn.Module, nnx.Mo
     except RuntimeError as error:
         raise ConfigError(f"the JAX model cannot hold the torch model's weights: {error}", path="model.jax") from None
     return torch_model, jax_model
+
+
+def _ported_twin(torch_model: torch.nn.Module, sample_shape) -> nnx.Module:
+    """``parity.port`` of the torch model as built (the runner casts both models to ``train.dtype`` afterwards)."""
+    from parity import port
+    from parity.config import ConfigError
+
+    example = None
+    if sample_shape is not None:
+        dtype = next((p.dtype for p in torch_model.parameters() if p.is_floating_point()), torch.float32)
+        example = torch.zeros((1, *sample_shape), dtype=dtype)
+    try:
+        return port.port(torch_model, example)
+    except port.PortError as error:
+        raise ConfigError(f"jax: auto cannot port the torch model: {error}", path="model.jax") from None
+    except Exception as error:  # noqa: BLE001 - the torch forward on the sample is the user's code
+        if sample_shape is None:
+            raise
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"the torch model fails on a sample of shape {tuple(sample_shape)} of the data: {first}",
+                          path="model") from None
 
 
 def _own_init(build, seed: int) -> nnx.Module:

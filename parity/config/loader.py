@@ -24,7 +24,7 @@ import yaml
 
 from parity.config import registry
 from parity.config.shipped import resolve_config_path
-from parity.config.schema import ExperimentConfig, NamedSection, ParamGroupConfig, SchedulerConfig
+from parity.config.schema import ExperimentConfig, ModelConfig, NamedSection, ParamGroupConfig, SchedulerConfig
 from parity.config.types import ConfigError, coerce, describe_value, suggest, unknown_key_error
 
 __all__ = ["load_config", "config_from_dict", "apply_overrides", "parse_override", "read_yaml"]
@@ -392,12 +392,19 @@ def _import_paths(raw: Mapping[str, Any], path: str, keys: tuple[str, ...], what
 
 
 def _user_model(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:
-    """``model: {torch: "pkg.module:Factory", jax: "pkg.module:Factory", kwargs: {...}}``."""
-    init = raw.get("init", "copy")
-    kwargs = _import_paths({k: v for k, v in raw.items() if k != "init"}, path, ("torch", "jax"),
-                           "a user model names both sides")
-    return cls(name=raw["torch"], kwargs=kwargs, torch=raw["torch"], jax=raw["jax"],
-               init=coerce(init, typing.Literal["copy", "seed"], _join(path, "init")))
+    """``model: {torch: "pkg.module:Factory", jax: "pkg.module:Factory" | auto, kwargs: {...}}``.
+
+    ``jax: auto`` ports the torch model at run time (``parity.port``), so only ``torch`` is an import path.
+    """
+    auto = raw.get("jax") == ModelConfig.AUTO
+    kwargs = _import_paths({k: v for k, v in raw.items() if k != "init" and not (auto and k == "jax")}, path,
+                           ("torch",) if auto else ("torch", "jax"), "a user model names both sides")
+    init = coerce(raw.get("init", "copy"), typing.Literal["copy", "seed"], _join(path, "init"))
+    if auto and init == "seed":
+        raise ConfigError("init: seed keeps the JAX model's own initial weights, but with jax: auto the JAX model "
+                          "is ported from the torch model and holds its weights; drop init or name a JAX model",
+                          path=_join(path, "init"))
+    return cls(name=raw["torch"], kwargs=kwargs, torch=raw["torch"], jax=raw["jax"], init=init)
 
 
 def _user_dataset(cls: type[NamedSection], raw: Mapping[str, Any], path: str) -> NamedSection:

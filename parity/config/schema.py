@@ -85,7 +85,8 @@ class ModelConfig(NamedSection):
     ``torch`` and ``jax`` name a class or any callable (``"package.module:attribute"``,
     importable from the working directory or ``PYTHONPATH``) returning a
     ``torch.nn.Module`` and a ``jax_impl.nn`` module with the same state-dict
-    keys; both are called with ``kwargs``.
+    keys; both are called with ``kwargs``. ``jax: auto`` makes the JAX model the
+    torch model's ``parity.port`` twin, ported at run time with its weights.
 
     ``init`` says where the JAX model's initial weights come from: ``"copy"``
     (the default) loads the torch model's; ``"seed"`` keeps the JAX model's own
@@ -99,6 +100,13 @@ class ModelConfig(NamedSection):
     torch: str | None = None
     jax: str | None = None
     init: Literal["copy", "seed"] = "copy"
+
+    AUTO: ClassVar[str] = "auto"
+
+    @property
+    def ported(self) -> bool:
+        """``jax: auto``: the JAX model is the torch model's ``parity.port`` twin."""
+        return self.jax == self.AUTO
 
     def to_dict(self) -> dict[str, Any]:
         # `init` appears only when set, so configs and checkpoints written without it read the same.
@@ -260,6 +268,19 @@ class TrainConfig:
     ``floor`` (float32 runs): train torch a second time in float64 beside
     the run and report torch's own float32-vs-float64 distance, the precision
     floor the verdict falls back on (:mod:`parity.floor`).
+
+    ``clip_grad_norm`` (``max_norm``): torch's
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm,
+    clip_grad_norm_type)`` after the backward pass, before the optimizer step.
+
+    ``accumulate`` (``k``): gradient accumulation. Every loader batch is one
+    micro-batch; each runs ``(loss / k).backward()`` and every ``k``
+    micro-batches make one optimizer step (clip, ``optimizer.step()``,
+    ``zero_grad()``). An epoch whose batch count is not a multiple of ``k``
+    ends with one step on its trailing micro-batches, their losses still
+    divided by ``k`` (the usual recipe's ``if (i + 1) % k == 0 or i + 1 ==
+    len(loader)``). Steps, ``max_steps``, per-step schedulers and the report's
+    per-step records count optimizer steps.
     """
 
     epochs: int = 3
@@ -270,23 +291,41 @@ class TrainConfig:
     floor: bool = True
     loss: LossConfig = dataclasses.field(default_factory=lambda: LossConfig("CrossEntropyLoss"))
     tolerance: ToleranceConfig = dataclasses.field(default_factory=ToleranceConfig)
+    clip_grad_norm: float | None = None
+    clip_grad_norm_type: float = 2.0
+    accumulate: int = 1
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         _require(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps}")
+        _require(self.accumulate >= 1, "accumulate", f"must be >= 1, got {self.accumulate}")
+        _require(self.clip_grad_norm is None or self.clip_grad_norm >= 0, "clip_grad_norm",
+                 f"must be >= 0, got {self.clip_grad_norm}")
 
 
 @dataclasses.dataclass(frozen=True)
 class ParallelConfig:
-    """Data parallelism: torch DDP with ``world_size`` ranks, JAX with as many devices."""
+    """Data parallelism: torch DDP with ``world_size`` ranks, JAX with as many devices.
+
+    ``processes`` > 1 runs the JAX side as that many processes joined by
+    ``jax.distributed`` (the shape of several hosts), each with
+    ``world_size / processes`` devices and a global mesh (``jax_mode:
+    sharded``); torch's ranks see torchrun's ``LOCAL_RANK`` /
+    ``LOCAL_WORLD_SIZE`` / ``GROUP_RANK`` of the same layout.
+    """
 
     world_size: int = 1
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     sync_bn: bool = False
     jax_mode: Literal["pmap", "sharded", "vmap"] = "pmap"  # vmap: world_size replicas on one device
+    processes: int = 1
 
     def __post_init__(self) -> None:
         _require(self.world_size >= 1, "world_size", f"must be >= 1, got {self.world_size}")
+        _require(self.processes >= 1 and self.world_size % self.processes == 0, "processes",
+                 f"must divide world_size ({self.world_size}), got {self.processes}")
+        _require(self.processes == 1 or self.jax_mode == "sharded", "jax_mode",
+                 "several JAX processes train with the sharded step over a global mesh: set parallel.jax_mode=sharded")
         _require(not self.sync_bn or self.world_size > 1, "sync_bn",
                  "SyncBatchNorm needs a data-parallel run: set parallel.world_size > 1")
 
@@ -303,6 +342,12 @@ class ExperimentConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     parallel: ParallelConfig | None = None
 
+    def __post_init__(self) -> None:
+        if self.parallel is not None and self.parallel.world_size > 1:
+            for key, default in (("clip_grad_norm", None), ("accumulate", 1)):
+                _require(getattr(self.train, key) == default, f"train.{key}",
+                         "not supported in data-parallel runs (parallel.world_size > 1)")
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain YAML-able data (every default filled in)."""
         order = ("name", "model", "data", "optimizer", "scheduler", "train", "parallel")
@@ -311,7 +356,11 @@ class ExperimentConfig:
 
 # Keys omitted from the resolved config while at their default, so configs and checkpoints written before
 # they existed read the same.
-_OMITTED_AT_DEFAULT = {DataConfig: {"transform": (), "eval_transform": None}}
+_OMITTED_AT_DEFAULT = {
+    DataConfig: {"transform": (), "eval_transform": None},
+    TrainConfig: {"clip_grad_norm": None, "clip_grad_norm_type": 2.0, "accumulate": 1},
+    ParallelConfig: {"processes": 1},
+}
 
 
 def _plain(value: Any) -> Any:

@@ -87,18 +87,32 @@ def test_torchvision_style_resnets(x64, depth):
     model = getattr(tm, depth)(num_classes=10).double()
     twin = parity.port(model)
     assert sorted(module_state(twin)) == sorted(model.state_dict())
-    check = parity.port.check_port(model, twin, input_shape=(2, 3, 64, 64))
+    # ResNet-50's 53 batch-2 BatchNorms (8 values each in layer4) amplify float64 rounding in the backward
+    # pass: gradients measured 7.5e-10 absolute at conv1.weight, whose entries reach 849 (8.8e-13 of the
+    # leaf's scale); outputs, buffers and ResNet-18 stay within 1e-12.
+    tolerance = (1e-12, 1e-9) if depth == "resnet50" else None
+    check = parity.port.check_port(model, twin, input_shape=(2, 3, 64, 64), tolerance=tolerance)
     assert check.passed, check.table()
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="float32 ResNet-18 gradients through batch-2 BatchNorms differ up to 1.8e-4 absolute "
-                   "(measured), beyond check_port's 1e-5; needs a verdict against torch's float32 floor",
-                   strict=False)
-def test_resnet18_float32(f32):
+def test_resnet18_float32_passes_by_torchs_floor(f32):
+    """Gradients through batch-2 BatchNorms differ up to 2.8e-4 absolute, beyond 1e-5; each such leaf's
+    distance from torch is measured at most 2.2x torch's own float32-vs-float64 distance (floor factor 5)."""
     import torch_ref.models as tm
 
     torch.manual_seed(0)
     model = tm.resnet18(num_classes=10)
     check = parity.port.check_port(model, input_shape=(2, 3, 64, 64))
     assert check.passed, check.table()
+    assert check.passed_by("gradients") == "floor" and check.passed_by("eval forward") == "tolerance"
+    assert "ok by torch's float32 floor" in check.table()
+
+
+def test_the_floor_does_not_hide_a_wrong_weight(f32):
+    """A float32 twin with one weight off by 1e-3 fails: torch's own float32 floor is about 1e-7 here."""
+    model, shape = _build("mnist", torch.float32)
+    twin = parity.port(model)
+    twin.fc2.weight[...] = twin.fc2.weight[...].at[0, 0].add(1e-3)
+    check = parity.port.check_port(model, twin, input_shape=shape)
+    assert not check.passed and check.passed_by("eval forward") is None, check.table()

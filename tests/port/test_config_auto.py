@@ -1,0 +1,43 @@
+"""``model: {torch: "pkg:Net", jax: auto}``: the JAX model is ``parity.port``'s twin of the torch model."""
+
+from __future__ import annotations
+
+import pytest
+
+from parity.cli import main
+from parity.config import ConfigError, load_config
+from parity.experiment import run_experiment
+
+AUTO = ["model.jax=auto", "model.kwargs={c1: 4, c2: 8, hidden: 16, image_size: 28}"]
+
+
+def test_a_ported_twin_trains_in_float64_strictly():
+    """configs/mnist_example.yaml (dropout masks, Adadelta, float64) with the twin ported from ``examples.mnist_net:Net``:
+    3 steps measured 3.6e-16 max rel (the conv/matmul summation orders differ); bar the config's 1e-10."""
+    cfg = load_config("mnist_example", AUTO)
+    assert cfg.model.ported and cfg.model.to_dict()["jax"] == "auto"
+    report = run_experiment(cfg, max_steps=3, write=False, progress=False)
+    assert report.passed and report.passed_by == "tolerance", report.message
+    assert report.epochs[-1].param_max_rel <= 1e-10 and len(report.steps) == 3
+    assert report.config["model"]["jax"] == "auto"
+
+
+def test_init_seed_with_auto_is_a_config_error():
+    with pytest.raises(ConfigError, match="init: seed") as error:
+        load_config("mnist_example", [*AUTO, "model.init=seed"])
+    assert error.value.path == "model.init"
+
+
+def test_a_model_that_cannot_be_ported_exits_2_in_one_line(tmp_path, capsys):
+    # torch.nn.PixelShuffle's forward calls F.pixel_shuffle, which jax_impl lacks: the port's error on model.jax.
+    args = ["run", "--no-progress", "--runs-dir", str(tmp_path), "mnist_example",
+            'model={torch: "torch.nn:PixelShuffle", jax: auto, kwargs: {upscale_factor: 2}}']
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "model.jax" in err and "pixel_shuffle" in err and len(err.strip().splitlines()) == 1
+
+
+def test_summary_with_auto(capsys):
+    assert main(["summary", "mnist_example", *AUTO]) == 0
+    out = capsys.readouterr().out
+    assert "fc2" in out and "!" not in out.split("Total params")[0].replace("=", "")
