@@ -5,29 +5,30 @@ immutable, so the functions here take a pytree of gradients (``None`` leaves
 are skipped, as parameters whose ``.grad`` is ``None``) and return the clipped
 pytree; :func:`clip_grad_norm_` returns ``(total_norm, clipped_grads)``.
 
-torch's CPU order (``torch/nn/utils/clip_grad.py``, ``foreach=None`` resolves
-to the per-tensor loop on CPU, and ``foreach=True`` raises there)::
+torch's CPU order (``torch/nn/utils/clip_grad.py``; ``foreach=None`` and
+``True`` take ``torch._foreach_norm``, whose CPU kernel is the per-tensor loop
+that ``foreach=False`` runs, so all three agree)::
 
     norms = [vector_norm(g, norm_type) for g in grads]         # one norm per tensor
     total_norm = vector_norm(stack(norms), norm_type)          # the norm of the norms
     clip_coef = max_norm / (total_norm + 1e-6)                 # = reciprocal(total_norm + 1e-6) * max_norm
     g *= clamp(clip_coef, max=1.0)                             # for every gradient, also when < max_norm
 
-The coefficient and the products are formed exactly as torch forms them
+The norms add in aten's order (:mod:`jax_impl.nn.utils.linalg_norm`), and the
+coefficient and the products are formed exactly as torch forms them
 (``float / Tensor`` is ``Tensor.reciprocal() * float``; the scalars rounded to
-the gradients' dtype), so given the same total norm the clipped gradients are
-bit-identical. The per-tensor norms are XLA reductions, whose summation
-order is not aten's vectorised one: the total norm agrees with torch's to
-rounding (measured in ``tests/nn/utils/test_clip_grad.py``).
+the gradients' dtype), so total norm and clipped gradients are torch's bit
+for bit in float32 for ``norm_type`` 2, 1, 0.5, 0 and +-inf; other orders go
+through ``powf`` (see that module for its one caveat).
 """
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import optax
+
+from jax_impl.nn.utils.linalg_norm import vector_norm, vector_norms
 
 __all__ = [
     "clip_grad_norm", "clip_grad_norm_", "clip_grad_value", "clip_grad_value_", "clip_grads_with_norm_",
@@ -40,29 +41,8 @@ def _leaves(tree) -> list:
 
 
 def _check_foreach(foreach) -> None:
-    if foreach:
-        raise RuntimeError("foreach=True was passed, but can't use the foreach API on cpu tensors")
-
-
-def _vector_norm(x, p: float):
-    """``torch.linalg.vector_norm(x, p)`` over all elements (the empty tensor has norm 0)."""
-    a = jnp.abs(jnp.asarray(x)).reshape(-1)
-    if a.size == 0:
-        if p < 0:
-            raise RuntimeError("linalg.vector_norm cannot compute the -inf norm on an empty tensor because the "
-                               "operation does not have an identity")
-        return jnp.zeros((), a.dtype)
-    if p == math.inf:
-        return jnp.max(a)
-    if p == -math.inf:
-        return jnp.min(a)
-    if p == 0:
-        return jnp.sum(a != 0).astype(a.dtype)
-    if p == 1:
-        return jnp.sum(a)
-    if p == 2:
-        return jnp.sqrt(jnp.sum(a * a))
-    return jnp.sum(a**p) ** (1.0 / p)
+    """torch 2.13 accepts every ``foreach`` for CPU tensors; the result is the same for all three."""
+    del foreach
 
 
 def _is_concrete(x) -> bool:
@@ -78,7 +58,7 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
       error_if_nonfinite: raise ``RuntimeError`` (torch's message) when the
         total norm is NaN or infinite. Checked only on concrete values: inside
         ``jax.jit`` the norm is a tracer and no error can be raised.
-      foreach: ``None`` / ``False``; ``True`` raises as torch does for CPU tensors.
+      foreach: ``None`` / ``False`` / ``True``: one result on CPU, as in torch.
 
     Returns:
       A 0-d array (float32 ``0.0`` when there are no tensors, as torch's ``tensor(0.0)``).
@@ -88,8 +68,8 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
     leaves = _leaves(tensors)
     if not leaves:
         return jnp.zeros((), jnp.float32)
-    norms = [_vector_norm(g, norm_type) for g in leaves]
-    total = _vector_norm(jnp.stack([n.astype(jnp.result_type(*norms)) for n in norms]), norm_type)
+    norms = vector_norms(leaves, norm_type)
+    total = vector_norm(jnp.stack([n.astype(jnp.result_type(*norms)) for n in norms]), norm_type)
     if error_if_nonfinite and _is_concrete(total) and not bool(jnp.isfinite(total)):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
@@ -106,7 +86,7 @@ def clip_grads_with_norm_(grads, max_norm: float, total_norm, foreach=None):
       grads: a pytree of gradients (``None`` leaves stay ``None``).
       max_norm: the largest total norm kept.
       total_norm: a 0-d array, e.g. from :func:`get_total_norm`.
-      foreach: ``None`` / ``False``; ``True`` raises as torch does for CPU tensors.
+      foreach: ``None`` / ``False`` / ``True``: one result on CPU, as in torch.
 
     Returns:
       The scaled pytree (JAX arrays are immutable; torch scales ``.grad`` in place).
@@ -130,7 +110,7 @@ def clip_grad_norm_(grads, max_norm: float, norm_type: float = 2.0, error_if_non
       max_norm: the largest total norm kept.
       norm_type: ``p`` of the norm (``inf`` for the max norm).
       error_if_nonfinite: raise ``RuntimeError`` on a NaN/inf total norm (concrete values only).
-      foreach: ``None`` / ``False``; ``True`` raises as torch does for CPU tensors.
+      foreach: ``None`` / ``False`` / ``True``: one result on CPU, as in torch.
 
     Returns:
       ``(total_norm, clipped_grads)``: torch returns the total norm and scales
