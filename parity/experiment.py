@@ -68,17 +68,18 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
     phases = phases or Phases(enabled=progress)
     objects = {k: v for k, v in {"torch_model": torch_model, "jax_model": jax_model, "train_data": train_data,
                                  "val_data": val_data}.items() if v is not None}
-    if config.parallel is not None and config.parallel.world_size > 1:
-        if objects:
-            raise ConfigError("data-parallel runs take the config's model and data, not Python objects")
-        from parity.parallel_runner import run_data_parallel
-
-        return run_data_parallel(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
-                                 resume=resume, phases=phases)
+    parallel = config.parallel is not None and config.parallel.world_size > 1
+    if parallel and objects:
+        raise ConfigError("data-parallel runs take the config's model and data, not Python objects")
     previous_x64, previous_sqrt = jax.config.jax_enable_x64, get_sqrt_mode()
     jax.config.update("jax_enable_x64", config.train.dtype == "float64")
     match_torch_sqrt()  # torch's CPU sqrt on this machine (IEEE, MKL AVX-512 or its table): sqrt optimizers exact
     try:
+        if parallel:
+            from parity.parallel_runner import run_data_parallel
+
+            return run_data_parallel(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
+                                     resume=resume, phases=phases)
         return run_single(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
                           progress=progress, resume=resume, resume_from=resume_from,
                           allow_config_change=allow_config_change, phases=phases, **objects)

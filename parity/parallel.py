@@ -16,7 +16,8 @@ buffers) of each, plus per-step losses (the mean over ranks):
 * JAX: one process with ``world_size`` devices (``pmap`` or the sharded
   ``jit``), ``world_size`` vmapped replicas on one device
   (``mode="vmap"``, e.g. on a one-GPU box) or ``world_size`` processes
-  joined by ``jax.distributed`` (``mode="multiprocess"``), each replica reading rank ``i``'s batches from
+  joined by ``jax.distributed`` (``mode="multiprocess"``; ``processes`` of ``world_size / processes``
+  devices each: the shape of several hosts), each replica reading rank ``i``'s batches from
   ``jax_impl.data.DistributedSampler`` with the same seed.
 
 Both start from the seeded torch model's weights (converted). Uneven data
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Literal
 
 import numpy as np
@@ -57,6 +59,15 @@ class DDPSpec:
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # torch_ref.parallel.resolve_backend
     scheduler: Any = None  # parity.config.SchedulerConfig: torch's scheduler, stepped per its interval
     loss: Any = None  # parity.config.LossConfig (torch.nn / jax_impl.nn class and kwargs); None: CrossEntropyLoss()
+    # Steps (counted from 1) after which rank 0 / replica 0 records its state_dict, e.g. each epoch's end.
+    # mode="multiprocess": JAX processes joined by jax.distributed (hosts), each with world_size / processes
+    # local devices; None: world_size processes of one device.
+    processes: int | None = None
+    # JAX averages gradients in rank order (jax_impl.parallel's ordered_mean): the same bits in every mode and
+    # process layout for a given world_size.
+    ordered_mean: bool = True
+    snapshot_steps: tuple[int, ...] = ()
+    phases: Any = None  # parity.progress.Phases: a line on stderr at each snapshot; None: silent
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
@@ -66,6 +77,30 @@ def steps_per_epoch(samples: int, world_size: int, local_batch: int) -> int:
     """Batches per epoch on each rank: ``DistributedSampler`` (padded to a multiple of ``world_size``),
     then batches of ``local_batch`` (the last one smaller, no ``drop_last``)."""
     return math.ceil(math.ceil(samples / world_size) / local_batch)
+
+
+class _Recorder:
+    """Rank 0's snapshots at ``spec.snapshot_steps``: the state_dict, the seconds since the previous one
+    (the snapshot itself excluded) and a progress line."""
+
+    def __init__(self, spec: DDPSpec, side: str, active: bool = True) -> None:
+        self.spec, self.side, self.active = spec, side, active
+        self.snapshots: dict[int, dict[str, np.ndarray]] = {}
+        self.seconds: dict[int, float] = {}
+        self.start = time.perf_counter()
+
+    def after(self, done: int, state: Any, loss: float) -> None:
+        """Call after each optimizer step; ``done`` steps so far, ``state()`` the state_dict as numpy."""
+        if not self.active or done not in self.spec.snapshot_steps:
+            return
+        self.seconds[done] = time.perf_counter() - self.start
+        self.snapshots[done] = state()
+        if self.spec.phases is not None:
+            self.spec.phases(f"{self.side}: step {done}/{self.spec.steps}, loss {loss:.4f}")
+        self.start = time.perf_counter()
+
+    def result(self, losses: list[float], **extra: Any) -> dict[str, Any]:
+        return {"losses": losses, "snapshots": self.snapshots, "seconds": self.seconds, **extra}
 
 
 def _build(spec: DDPSpec) -> Any:
@@ -114,13 +149,17 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
     loss_fn = _loss(spec, torch.nn)
     device = next(ddp.parameters()).device
-    losses, step, epoch = [], 0, 0
+    losses, lrs, step, epoch = [], [], 0, 0
+    side = f"torch DDP ({spec.dtype})" if spec.dtype == "float64" else "torch DDP"
+    recorder = _Recorder(spec, side, active=rank == 0)
+    state = lambda: {k: v.detach().cpu().numpy().copy() for k, v in ddp.module.state_dict().items()}  # noqa: E731
     ddp.train()
     while step < spec.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
             if step >= spec.steps:
                 break
+            lrs.append(float(optimizer.param_groups[0]["lr"]))
             optimizer.zero_grad()
             loss = loss_fn(ddp(x.to(device)), y.to(device))
             loss.backward()
@@ -129,6 +168,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
             step += 1
+            recorder.after(step, state, losses[-1])
             if scheduler is not None and spec.scheduler.interval == "step":
                 scheduler.step()
         if scheduler is not None and spec.scheduler.interval == "epoch":
@@ -136,8 +176,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
         epoch += 1
     if rank != 0:
         return None
-    state = {k: v.detach().cpu().numpy().copy() for k, v in ddp.module.state_dict().items()}
-    return {"state": state, "losses": losses}
+    return recorder.result(losses, state=state(), lrs=lrs)
 
 
 def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -151,19 +190,23 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     optimizer = _torch_optimizer(spec, model)
     scheduler = _torch_scheduler(spec, optimizer)
     loss_fn = _loss(spec, torch.nn)
-    losses = []
+    losses, lrs = [], []
     per_epoch = spec.steps_per_epoch()
+    recorder = _Recorder(spec, "torch (global batch)")
+    state = lambda: {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}  # noqa: E731
     for step, batches in enumerate(_rank_batches(spec, spec.world_size, range(spec.world_size))):
         x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])).to(dtype)
         y = torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))
+        lrs.append(float(optimizer.param_groups[0]["lr"]))
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
+        recorder.after(step + 1, state, losses[-1])
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
-    return {"state": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, "losses": losses}
+    return recorder.result(losses, state=state(), lrs=lrs)
 
 
 def _loss(spec: DDPSpec, namespace: Any) -> Any:
@@ -297,22 +340,30 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     loss_fn = _loss(spec, jnn)
     fdtype = np.float64 if spec.dtype == "float64" else np.float32
     losses = []
-    if spec.mode in ("pmap", "vmap"):
+    recorder = _Recorder(spec, f"JAX {spec.mode}")
+    replicated = spec.mode in ("pmap", "vmap")
+
+    def state_dict() -> dict[str, np.ndarray]:
+        local = parallel.unreplicate(state) if replicated else state
+        return _state_dict(parallel.merge_model(graphdef, jax.tree.map(lambda v: jnp.asarray(jax.device_get(v)),
+                                                                       local)))
+
+    if replicated:
         if spec.mode == "pmap":
-            step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices)
+            step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices, ordered_mean=spec.ordered_mean)
             state = parallel.replicate(state, devices)
         else:
-            step = parallel.vmap_train_step(graphdef, loss_fn, tx)
+            step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean)
             state = parallel.replicate(state, copies=n)
         for batches in _rank_batches(spec, n, range(n)):
             x = np.stack([np.asarray(b[0], fdtype) for b in batches])
             y = np.stack([np.asarray(b[1]) for b in batches])
             state, loss = step(state, x, y)
             losses.append(float(loss[0]))
-        state = parallel.unreplicate(state)
+            recorder.after(len(losses), state_dict, losses[-1])
     else:
         mesh = Mesh(np.array(devices), (parallel.AXIS,))
-        step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh)
+        step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh, ordered_mean=spec.ordered_mean)
         state = jax.device_put(state, NamedSharding(mesh, P()))
         rows = NamedSharding(mesh, P(parallel.AXIS))
         for batches in _rank_batches(spec, n, range(n)):
@@ -320,8 +371,8 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
             y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
             state, loss = step(state, x, y)
             losses.append(float(loss))
-    state = jax.tree.map(lambda v: jnp.asarray(jax.device_get(v)), state)
-    return {"state": _state_dict(parallel.merge_model(graphdef, state)), "losses": losses}
+            recorder.after(len(losses), state_dict, losses[-1])
+    return recorder.result(losses, state=state_dict())
 
 
 def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
@@ -336,20 +387,33 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
     graphdef, state = parallel.init_train_state(model, tx)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
-    step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh)
+    step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh,
+                                       ordered_mean=spec.ordered_mean)
     state = jax.device_put(state, NamedSharding(mesh, P()))
     rows = NamedSharding(mesh, P(parallel.AXIS))
     fdtype = np.float64 if spec.dtype == "float64" else np.float32
     losses = []
-    for (x, y), in _rank_batches(spec, world_size, range(rank, rank + 1)):
-        gx = jax.make_array_from_process_local_data(rows, np.asarray(x, fdtype))
-        gy = jax.make_array_from_process_local_data(rows, np.asarray(y))
+    recorder = _Recorder(spec, f"JAX, {world_size} processes", active=rank == 0)
+    if len(jax.devices()) != spec.world_size:
+        raise RuntimeError(f"{spec.world_size} JAX devices needed across {world_size} processes, found "
+                           f"{len(jax.devices())}")
+
+    def state_dict() -> dict[str, np.ndarray]:
+        local = jax.tree.map(lambda v: np.asarray(v.addressable_data(0)), state)
+        return _state_dict(parallel.merge_model(graphdef, local))
+
+    local = spec.world_size // world_size  # this process's devices: DDP ranks rank * local, ..., rank * local + local - 1
+    for batches in _rank_batches(spec, spec.world_size, range(rank * local, (rank + 1) * local)):
+        x = np.concatenate([np.asarray(b[0], fdtype) for b in batches])
+        y = np.concatenate([np.asarray(b[1]) for b in batches])
+        gx = jax.make_array_from_process_local_data(rows, x)
+        gy = jax.make_array_from_process_local_data(rows, y)
         state, loss = step(state, gx, gy)
         losses.append(float(loss))
+        recorder.after(len(losses), state_dict, losses[-1])
     if rank != 0:
         return None
-    local = jax.tree.map(lambda v: np.asarray(v.addressable_data(0)), state)
-    return {"state": _state_dict(parallel.merge_model(graphdef, local)), "losses": losses}
+    return recorder.result(losses, state=state_dict())
 
 
 def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600,
@@ -372,7 +436,9 @@ def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None,
         global_batch = spec.sync_bn and not torch.cuda.is_available()
     if global_batch:
         return _torch_full_batch(spec, initial)
-    return tp.launch(_torch_rank, spec.world_size, (spec, initial), backend=spec.backend, timeout=timeout)[0]
+    hosts = spec.processes if spec.mode == "multiprocess" and spec.processes else 1
+    return tp.launch(_torch_rank, spec.world_size, (spec, initial), backend=spec.backend, timeout=timeout,
+                     local_world_size=spec.world_size // hosts)[0]
 
 
 def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -380,7 +446,9 @@ def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any],
 
     With ``sync_bn`` on a machine without CUDA the torch side is
     :func:`_torch_full_batch` (torch's SyncBatchNorm refuses CPU tensors).
-    Each result is ``{"state": rank 0's state_dict as numpy, "losses": per-step mean over ranks}``.
+    Each result is ``{"state": rank 0's state_dict as numpy, "losses": per-step mean over ranks,
+    "snapshots": {step: state_dict} at spec.snapshot_steps, "seconds": {step: seconds since the previous
+    snapshot}}`` (the torch side adds ``"lrs"``, group 0's lr at each step).
     """
     initial = initial_state(spec)
     return torch_reference(spec, initial, timeout=timeout), jax_run(spec, initial, timeout=timeout)
@@ -392,7 +460,11 @@ def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, time
 
     initial = initial_state(spec) if initial is None else initial
     if spec.mode == "multiprocess":
-        return launch(_jax_process, spec.world_size, (spec, initial), timeout=timeout)[0]
+        processes = spec.processes or spec.world_size
+        if spec.world_size % processes:
+            raise ValueError(f"world_size {spec.world_size} is not a multiple of processes {processes}")
+        return launch(_jax_process, processes, (spec, initial), local_devices=spec.world_size // processes,
+                      timeout=timeout)[0]
     local = 1 if spec.mode == "vmap" else spec.world_size
     return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout)[0]
 

@@ -1,23 +1,29 @@
-"""``parity run`` with ``parallel.world_size`` N > 1: torch DDP with N ranks vs the JAX step on N devices.
+"""The data-parallel run: torch DDP with N ranks vs the JAX data-parallel step, reported like a single-device run.
 
-``data.batch_size`` is each rank's batch (torch's habit: every rank's
-DataLoader gets it). The ranks return rank 0's final state; only the
-launching process writes the report (torch recipes' ``if rank in [-1, 0]``).
-The comparison itself is :mod:`parity.parallel`'s.
+Each side trains in its own processes (:mod:`parity.parallel`: DDP ranks over
+gloo, the JAX step on N devices). Rank 0 / replica 0 records its state_dict
+at the end of every epoch; this process then compares the two per epoch
+(parameters per tensor, BatchNorm buffers), evaluates both on the held-out
+split (accuracy and agreement) and, for float32 runs, compares torch's
+float32 DDP run with its float64 twin: the precision floor of
+:mod:`parity.floor`, per epoch, per tensor and per step. The verdict is
+:func:`parity.floor.judge`'s, as for a single-device run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from parity.compare import compare, scaled_error
 from parity.config import ConfigError
 from parity.files import make_run_folder
+from parity.floor import FLOOR_FACTOR, judge
 from parity.progress import Phases
 from parity.report import EpochRecord, RunReport, write_report
 
@@ -27,59 +33,56 @@ __all__ = ["run_data_parallel"]
 def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | None = None,
                       runs_dir: str | Path = "runs", write: bool = True, resume: Any = None,
                       phases: Phases | None = None) -> RunReport:
-    """Train ``cfg`` with torch DDP and the JAX data-parallel step; report rank 0's divergence.
+    """Train ``cfg`` with torch DDP and the JAX data-parallel step (or one of them, ``only``) and compare them.
 
     Raises:
-      ConfigError: options a data-parallel run does not support (``only``,
-        ``resume``, NCCL without CUDA) or that either side rejects, before
+      ConfigError: options a data-parallel run does not support (``resume``,
+        user models, NCCL without CUDA) or that either side rejects, before
         any rank starts.
     """
     from jax_impl.data import datasets as jdata
     from jax_impl.data.collate import default_collate
-    from parity.parallel import DDPSpec, divergence, initial_state, jax_run, torch_reference, validate_spec
+    from parity.parallel import DDPSpec, initial_state, validate_spec
     from parity.parallel import steps_per_epoch as ddp_steps_per_epoch
 
     phases = phases or Phases()
     par = cfg.parallel
-    for given, flag in ((only is not None, "--only"), (resume is not None, "--resume")):
-        if given:
-            raise ConfigError(f"data-parallel runs (parallel.world_size > 1) do not support {flag} yet", path=flag)
+    if resume is not None:
+        raise ConfigError("data-parallel runs (parallel.world_size > 1) do not support --resume yet", path="--resume")
     if cfg.model.by_import_path:
         raise ConfigError("data-parallel runs take the built-in models only", path="model")
     if par.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("backend nccl needs CUDA; use gloo (or auto) on CPU", path="parallel.backend")
     phases("building the data set and both optimizers")
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
-    dataset = jdata.build_dataset(cfg.data.dataset, train=True, **split)
-    x, y = default_collate([dataset[i] for i in range(len(dataset))])
+
+    def arrays(train: bool) -> tuple[np.ndarray, np.ndarray]:
+        dataset = jdata.build_dataset(cfg.data.dataset, train=train, **split)
+        x, y = default_collate([dataset[i] for i in range(len(dataset))])
+        return np.asarray(x), np.asarray(y)
+
+    x, y = arrays(True)
     n, batch = par.world_size, cfg.data.batch_size
-    per_epoch = ddp_steps_per_epoch(len(dataset), n, batch)
-    steps = cfg.train.epochs * per_epoch if max_steps is None else min(max_steps, cfg.train.epochs * per_epoch)
-    spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, np.asarray(x),
-                   np.asarray(y), world_size=n, local_batch=batch, steps=steps, seed=cfg.train.seed,
-                   sync_bn=par.sync_bn, dtype=cfg.train.dtype, mode=par.jax_mode, backend=par.backend,
-                   scheduler=cfg.scheduler, loss=cfg.train.loss)
+    per_epoch = ddp_steps_per_epoch(len(x), n, batch)
+    total = cfg.train.epochs * per_epoch
+    steps = total if max_steps is None and cfg.train.max_steps is None else min(
+        max_steps if max_steps is not None else cfg.train.max_steps, total)
+    ends = tuple(sorted({min((e + 1) * per_epoch, steps) for e in range(math.ceil(steps / per_epoch))}))
+    spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y, world_size=n,
+                   local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
+                   mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
+                   backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
+                   snapshot_steps=ends, phases=phases if phases.enabled else None)
     try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
         validate_spec(spec)
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
-    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=None, total_steps=steps)
+    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=steps,
+                       init="initial weights: the torch model's, copied into every JAX replica")
     folder = make_run_folder(runs_dir, cfg.name) if write else None
     report.run_dir = None if folder is None else str(folder)
-    initial = initial_state(spec)
-    sync_reference = par.sync_bn and not torch.cuda.is_available()
-    reference = "torch BatchNorm on the global batch (SyncBatchNorm needs CUDA)" if sync_reference else (
-        f"torch DDP, {n} ranks")
-    where = f"{n} replicas on one device" if par.jax_mode == "vmap" else f"{n} devices"
     try:
-        phases(f"{reference}: training {steps} steps")
-        start = time.perf_counter()
-        torch_run = torch_reference(spec, initial)
-        torch_seconds = time.perf_counter() - start
-        phases(f"JAX {par.jax_mode} on {where}: compiling and training {steps} steps")
-        start = time.perf_counter()
-        jax_run_ = jax_run(spec, initial)
-        jax_seconds = time.perf_counter() - start
+        runs = _train(spec, cfg, only, phases)
     except BaseException as error:  # the run folder keeps a report saying why it holds no steps
         report.interrupted, report.passed = True, False
         report.message = ("interrupted (SIGINT/SIGTERM)" if isinstance(error, KeyboardInterrupt)
@@ -91,20 +94,149 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                 pass
             error.parity_run_dir = str(folder)
         raise
-    phases("comparing rank 0's parameters and buffers")
-    report.steps = [{"step": i, "epoch": i // per_epoch, "torch_loss": a, "jax_loss": b}
-                    for i, (a, b) in enumerate(zip(torch_run["losses"], jax_run_["losses"], strict=True))]
-    d = divergence(torch_run["state"], jax_run_["state"])
-    report.epochs.append(EpochRecord(epoch=math.ceil(steps / per_epoch) - 1, steps=steps,
-                                     param_max_rel=d["params"], worst_leaf=d["worst_param"],
-                                     buffer_max_rel=d["buffers"] if d["worst_buffer"] else math.nan,
-                                     torch_seconds=torch_seconds, jax_seconds=jax_seconds))
-    rtol = cfg.train.tolerance.rtol
-    report.passed = d["params"] <= rtol
-    report.message = f"{reference} vs JAX {par.jax_mode} on {where}"
-    if not report.passed:
-        report.message = (f"{reference} vs JAX {par.jax_mode} on {where}, {steps} steps: max rel param divergence "
-                          f"{d['params']:.3g} ({d['worst_param']}) > rtol {rtol:g}")
+    phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
+    report.steps = _steps(runs, per_epoch)
+    held_out = arrays(False) if cfg.data.val_fraction > 0 else None
+    evaluate = _Evaluator(cfg, initial_state(spec), held_out)
+    for end in ends:
+        report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
+    if only is None:
+        judge(report, cfg.train.tolerance.rtol)
+        report.first_divergent_step = _first_divergent_step(report, cfg.train.tolerance)
+        where = _where(spec)
+        if report.passed and report.passed_by == "tolerance":
+            report.message = where
+        elif not report.passed:
+            last = report.epochs[-1]
+            floor = "" if math.isnan(last.floor_max_rel) else (
+                f" and beyond {FLOOR_FACTOR:g}x torch's own float32 floor ({last.floor_max_rel:.3g})")
+            report.message = (f"{where}, {steps} steps: parameters diverged beyond rtol "
+                              f"{cfg.train.tolerance.rtol:g}{floor}: worst tensor {last.worst_leaf} (max rel "
+                              f"{last.param_max_rel:.3g}); first step whose losses differ: "
+                              f"{report.first_divergent_step}")
     if folder is not None:
         write_report(report, folder)
     return report
+
+
+def _where(spec: Any) -> str:
+    reference = ("torch BatchNorm on the global batch (SyncBatchNorm needs CUDA)"
+                 if spec.sync_bn and not torch.cuda.is_available() else f"torch DDP, {spec.world_size} ranks")
+    devices = f"{spec.world_size} replicas on one device" if spec.mode == "vmap" else f"{spec.world_size} devices"
+    if spec.mode == "multiprocess":
+        processes = spec.processes or spec.world_size
+        devices += f" in {processes} processes ({spec.world_size // processes} each)"
+    return f"{reference} vs JAX {'sharded' if spec.mode == 'multiprocess' else spec.mode} on {devices}"
+
+
+def _train(spec: Any, cfg: Any, only: str | None, phases: Phases) -> dict[str, Any]:
+    """Each side's run (``{"losses", "snapshots", "seconds", "state", ...}``), and torch's float64 twin of a
+    float32 run (``"floor"``)."""
+    from parity.parallel import initial_state, jax_run, torch_reference
+
+    initial = initial_state(spec)
+    runs: dict[str, Any] = {}
+    if only != "jax":
+        phases(f"{_where(spec).split(' vs ')[0]}: training {spec.steps} steps")
+        runs["torch"] = torch_reference(spec, initial)
+        if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
+            phases(f"the same torch run in float64 beside it (torch's own float32 floor): {spec.steps} steps")
+            runs["floor"] = torch_reference(dataclasses.replace(spec, dtype="float64"), initial)
+    if only != "torch":
+        phases(f"{_where(spec).split(' vs ')[1]}: compiling and training {spec.steps} steps")
+        runs["jax"] = jax_run(spec, initial)
+    return runs
+
+
+def _steps(runs: dict[str, Any], per_epoch: int) -> list[dict[str, float]]:
+    """Per step: each side's loss (the mean over ranks), torch's float64 twin's, and group 0's lr."""
+    first = runs.get("torch") or runs["jax"]
+    records = []
+    for i in range(len(first["losses"])):
+        record: dict[str, Any] = {"step": i, "epoch": i // per_epoch}
+        if "torch" in runs:
+            record["lr"] = runs["torch"]["lrs"][i]
+        for key, name in (("torch", "torch_loss"), ("jax", "jax_loss"), ("floor", "torch_f64_loss")):
+            if key in runs:
+                record[name] = runs[key]["losses"][i]
+        records.append(record)
+    return records
+
+
+class _Evaluator:
+    """Held-out predictions of a snapshot, torch's model and JAX's (each loaded with that side's state_dict)."""
+
+    def __init__(self, cfg: Any, initial: dict[str, np.ndarray], held_out: tuple[np.ndarray, np.ndarray] | None):
+        from parity.build import cast_jax_model, float_dtypes
+        from parity.models import build_models
+
+        self.held_out = held_out
+        self.t_dtype, self.np_dtype = float_dtypes(cfg.train.dtype)
+        self.torch_model, self.jax_model = build_models(cfg.model, seed=cfg.train.seed)
+        self.torch_model.to(self.t_dtype).eval()
+        cast_jax_model(self.jax_model, self.np_dtype)
+        self.jax_model.eval()
+
+    def torch(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        self.torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        with torch.no_grad():
+            return self.torch_model(torch.from_numpy(self.held_out[0]).to(self.t_dtype)).argmax(1).numpy()
+
+    def jax(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        import jax.numpy as jnp
+
+        from parity.convert.modules import load_torch_state_dict
+
+        load_torch_state_dict(self.jax_model, state)
+        return np.asarray(self.jax_model(jnp.asarray(self.held_out[0], self.np_dtype)).argmax(1))
+
+
+def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None,
+             evaluate: _Evaluator) -> EpochRecord:
+    """The record of the epoch ending at step ``end``: what a single-device run's ``_measure`` records."""
+    from parity.parallel import param_names
+
+    tol = cfg.train.tolerance
+    torch_run, jax_run_, floor_run = runs.get("torch"), runs.get("jax"), runs.get("floor")
+    rec = EpochRecord(epoch=math.ceil(end / per_epoch) - 1, steps=end,
+                      torch_seconds=torch_run["seconds"][end] if torch_run else math.nan,
+                      jax_seconds=jax_run_["seconds"][end] if jax_run_ else math.nan,
+                      lr=torch_run["lrs"][end - 1] if torch_run else math.nan)
+    theirs = torch_run["snapshots"][end] if torch_run else None
+    ours = jax_run_["snapshots"][end] if jax_run_ else None
+    if theirs is not None and ours is not None:
+        names = param_names(spec)
+        params = compare({k: theirs[k] for k in names}, {k: ours[k] for k in names}, rtol=tol.rtol, atol=tol.atol,
+                         max_ulp=tol.max_ulp, check_dtype=False)
+        scaled = {k: scaled_error(ours[k], theirs[k]) for k in names}
+        rec.worst_leaf = max(scaled, key=scaled.get)
+        rec.param_max_rel, rec.param_max_abs, rec.param_max_ulp = scaled[rec.worst_leaf], params.max_abs, params.max_ulp
+        floor = {}
+        if floor_run is not None:
+            reference = floor_run["snapshots"][end]
+            floor = {k: scaled_error(theirs[k], reference[k]) for k in names}
+            rec.floor_worst = max(floor, key=floor.get)
+            rec.floor_max_rel = floor[rec.floor_worst]
+        rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in names}
+        buffers = [k for k in theirs if "running_" in k]
+        if buffers:
+            rec.buffer_max_rel = max(scaled_error(ours[k], theirs[k]) for k in buffers)
+    if evaluate.held_out is not None and len(evaluate.held_out[1]):
+        labels = evaluate.held_out[1]
+        t_pred = evaluate.torch(theirs) if theirs is not None else None
+        j_pred = evaluate.jax(ours) if ours is not None else None
+        if t_pred is not None:
+            rec.torch_accuracy = float((t_pred == labels).mean())
+        if j_pred is not None:
+            rec.jax_accuracy = float((j_pred == labels).mean())
+        if t_pred is not None and j_pred is not None:
+            rec.agreement = float((t_pred == j_pred).mean())
+    return rec
+
+
+def _first_divergent_step(report: RunReport, tol: Any) -> int | None:
+    for record in report.steps:
+        a, b = record.get("torch_loss"), record.get("jax_loss")
+        if a is not None and b is not None and abs(a - b) > tol.atol + tol.rtol * abs(a):
+            return int(record["step"])
+    return None

@@ -38,9 +38,11 @@ def resolve_backend(backend: str = "auto", world_size: int | None = None) -> str
     return backend
 
 
-def _setup(backend: str, rank: int, world_size: int, address: str, port: int) -> None:
+def _setup(backend: str, local_world_size: int | None, rank: int, world_size: int, address: str, port: int) -> None:
+    local = local_world_size or world_size
     os.environ.update({"MASTER_ADDR": address, "MASTER_PORT": str(port), "RANK": str(rank),
-                       "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)})
+                       "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank % local),
+                       "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(rank // local)})
     if torch.cuda.is_available():  # rank r on GPU r mod #GPUs (several ranks per GPU only under gloo)
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, rank=rank, world_size=world_size)
@@ -52,11 +54,13 @@ def _teardown() -> None:
 
 
 def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *, backend: str = "auto",
-           timeout: float | None = None) -> list[Any]:
+           timeout: float | None = None, local_world_size: int | None = None) -> list[Any]:
     """Runs ``fn(rank, world_size, *args)`` in ``world_size`` processes with ``init_process_group`` done.
 
     Each process gets ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``,
-    ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (as ``torchrun`` sets them).
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
+    ``GROUP_RANK`` as ``torchrun`` sets them on hosts of ``local_world_size``
+    ranks each (default: all ranks on one host).
 
     Returns:
       The return values in rank order (picklable).
@@ -67,8 +71,8 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *,
     """
     from functools import partial
 
-    return spawn(fn, world_size, args, setup=partial(_setup, resolve_backend(backend, world_size)), teardown=_teardown,
-                 timeout=timeout)
+    setup = partial(_setup, resolve_backend(backend, world_size), local_world_size)
+    return spawn(fn, world_size, args, setup=setup, teardown=_teardown, timeout=timeout)
 
 
 def init_from_env(backend: str = "auto") -> tuple[int, int, int]:

@@ -63,6 +63,22 @@ def _from_replica_zero(tree: Any, axis_name: str) -> Any:
     return jax.tree.map(lambda v: lax.psum(jnp.where(first, v, jnp.zeros_like(v)), axis_name), tree)
 
 
+def _mean(tree: Any, axis_name: str, ordered: bool) -> Any:
+    """The mean over replicas: ``lax.pmean``, or with ``ordered`` the sum in rank order ``((g0 + g1) + g2) + ...``
+    divided by N, the same numbers however the replicas are spread over devices and processes."""
+    if not ordered:
+        return lax.pmean(tree, axis_name)
+
+    def one(value):
+        gathered = lax.all_gather(value, axis_name)
+        total = gathered[0]
+        for i in range(1, gathered.shape[0]):
+            total = total + gathered[i]
+        return total / gathered.shape[0]
+
+    return jax.tree.map(one, tree)
+
+
 def train_step_fn(
     graphdef: Any,
     loss_fn: Callable[[Any, Any], Any],
@@ -70,6 +86,7 @@ def train_step_fn(
     *,
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
+    ordered_mean: bool = False,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The per-replica DDP step ``(state, x, y) -> (state, mean loss over replicas)``.
 
@@ -86,6 +103,12 @@ def train_step_fn(
       axis_name: the replica axis.
       broadcast_buffers: torch DDP's argument: ``True`` makes every replica
         continue from replica 0's buffers; ``False`` keeps each replica's own.
+      ordered_mean: average the gradients (and losses) in rank order
+        (``all_gather``, then ``((g0 + g1) + g2) + ...``, divided by N) instead
+        of ``lax.pmean``, whose summation order follows the topology (XLA's
+        in-process all-reduce, gloo across processes): the step then gives
+        the same bits on N devices in one process and on N devices spread
+        over several. Costs N copies of the gradients on each device.
 
     Returns:
       The step function. Its loss is the mean of the replicas' local losses.
@@ -94,7 +117,7 @@ def train_step_fn(
 
     def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
         loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
-        grads = lax.pmean(grads, axis_name)
+        grads = _mean(grads, axis_name, ordered_mean)
         if hasattr(tx, "step"):
             params, opt_state = tx.step(grads, state.opt_state, state.params)
         else:
@@ -102,7 +125,7 @@ def train_step_fn(
             params = optax.apply_updates(state.params, updates)
         if broadcast_buffers:
             buffers = _from_replica_zero(buffers, axis_name)
-        return TrainState(params, buffers, opt_state), lax.pmean(loss, axis_name)
+        return TrainState(params, buffers, opt_state), _mean(loss, axis_name, ordered_mean)
 
     return step
 
@@ -134,13 +157,15 @@ def pmap_train_step(
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
     devices: list[Any] | None = None,
+    ordered_mean: bool = False,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The DDP step under ``jax.pmap``: state from :func:`replicate`, batches shaped ``(devices, local_batch, ...)``.
 
     The state is donated (updated in place). Returns ``(state, loss)`` with the
     loss replicated (``loss[0]`` is the mean over replicas).
     """
-    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers)
+    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
+                         ordered_mean=ordered_mean)
     return jax.pmap(step, axis_name=axis_name, devices=devices, donate_argnums=(0,))
 
 
@@ -152,6 +177,7 @@ def sharded_train_step(
     *,
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
+    ordered_mean: bool = False,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The DDP step as ``jax.jit`` of ``shard_map`` over ``mesh`` (pmap's successor).
 
@@ -164,7 +190,8 @@ def sharded_train_step(
     """
     from jax.sharding import PartitionSpec as P
 
-    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers)
+    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
+                         ordered_mean=ordered_mean)
     mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(axis_name), P(axis_name)), out_specs=(P(), P()),
                            check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,))
@@ -177,6 +204,7 @@ def vmap_train_step(
     *,
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
+    ordered_mean: bool = False,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The DDP step for N replicas on one device: ``jax.jit`` of ``jax.vmap`` over a named axis.
 
@@ -186,5 +214,6 @@ def vmap_train_step(
     SyncBatchNorm's ``psum``) run over the vmapped axis. For N ranks'
     arithmetic where fewer than N devices exist.
     """
-    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers)
+    step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
+                         ordered_mean=ordered_mean)
     return jax.jit(jax.vmap(step, axis_name=axis_name), donate_argnums=(0,))

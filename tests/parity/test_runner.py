@@ -189,38 +189,6 @@ def test_bad_param_groups_exit_2(tmp_path, capsys, groups, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.slow  # ~25 s each: 2 torch ranks and a 2-device JAX process start
-@pytest.mark.parametrize("mode", ["pmap", "sharded", "vmap"])
-def test_parallel_config_runs_torch_ddp_against_jax(tmp_path, mode):
-    """configs/lenet_digits_ddp.yaml: torch DDP (2 gloo ranks) vs JAX on 2 devices. Full run (90 steps)
-    measured 2.6e-7 (pmap); here 20 steps, bar 1e-4."""
-    cfg = load_config("configs/lenet_digits_ddp.yaml", [f"parallel.jax_mode={mode}"])
-    report = run_experiment(cfg, max_steps=20, runs_dir=tmp_path, progress=False)
-    assert report.passed, report.message
-    assert len(report.steps) == 20 and (tmp_path / report.run_dir / "report.json").exists()
-
-
-@pytest.mark.slow  # ~25 s
-def test_parallel_config_with_a_scheduler(tmp_path):
-    """configs/lenet_digits_ddp.yaml with a per-epoch StepLR: torch's scheduler on each DDP rank vs JAX's
-    schedule; 60 steps cross the first epoch boundary (45 steps per epoch: 1438 samples, 2 ranks, batch
-    16), bar 1e-4."""
-    cfg = load_config("configs/lenet_digits_ddp.yaml", ["scheduler={name: StepLR, step_size: 1, gamma: 0.5}"])
-    report = run_experiment(cfg, max_steps=60, runs_dir=tmp_path, progress=False)
-    assert report.passed, report.message
-    assert report.epochs[-1].param_max_rel <= 1e-4, report.message
-
-
-def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
-    args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
-    assert main([*args, "--only", "torch"]) == 2
-    assert "do not support --only" in capsys.readouterr().err
-    assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
-    assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
-    assert main([*args, "parallel.backend=nccl"]) == (2 if not __import__("torch").cuda.is_available() else 0)
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
-
-
 @pytest.mark.slow  # ~15 s each: six ResNet-18 steps in torch
 @pytest.mark.parametrize("config", ["configs/resnet18_synthetic_adamw.yaml", "configs/resnet18_synthetic_sgd.yaml"])
 def test_resnet_configs_part_from_float64_in_torch_itself(config):
