@@ -7,6 +7,11 @@ off the torch module: every parameter of the ``jax_impl`` constructor gets
 the torch attribute of its name. ``bias`` is the one argument torch turns
 into a tensor (or ``None``); it becomes ``bias is not None``. Arguments
 equal to the default are left out, so the source reads as a person writes it.
+
+``MultiheadAttention`` and the transformer layers keep some arguments only
+inside their submodules (``d_model`` as ``self_attn.embed_dim``, ``bias`` as
+``in_proj_bias``, ``encoder_layer`` as ``layers[0]``); a reader per class
+recovers those.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+import torch.nn.functional as TF
 
 import jax_impl.nn as jnn
 from parity.port.errors import FALLBACK, PortError
@@ -44,7 +50,59 @@ def _is_default(value, default) -> bool:
     return type(value) is type(default) and value == default
 
 
+class _Source(str):
+    """A constructor argument given as source text (a nested layer), written as it is."""
+
+
+# Layers whose constructor arguments torch does not keep under their own names: each reader returns the
+# arguments it knows, as values (or _Source), from the attributes and submodules torch does keep.
+def _attention_arguments(module: torch.nn.Module, path: str) -> dict:
+    return {
+        "bias": module.in_proj_bias is not None,  # torch keeps `bias` only as in_proj_bias / out_proj.bias
+        "add_bias_kv": module.bias_k is not None,
+        # torch stores kdim=None as embed_dim; None is the default that means it
+        "kdim": None if module.kdim == module.embed_dim else module.kdim,
+        "vdim": None if module.vdim == module.embed_dim else module.vdim,
+    }
+
+
+def _activation_source(activation, path: str) -> str:
+    # torch's layers turn activation="relu"/"gelu" into F.relu / F.gelu; a module stays a module.
+    if activation is TF.relu or activation is TF.gelu:
+        return activation.__name__
+    if isinstance(activation, torch.nn.Module):
+        return _Source(layer_source(activation, f"{path}.activation"))
+    raise PortError(f"cannot port {path}: its activation {activation!r} is neither F.relu, F.gelu nor a "
+                    f"torch.nn layer. Fallback: {FALLBACK}")
+
+
+def _transformer_layer_arguments(module: torch.nn.Module, path: str) -> dict:
+    return {
+        "d_model": module.self_attn.embed_dim, "nhead": module.self_attn.num_heads,
+        "dim_feedforward": module.linear1.out_features, "dropout": module.dropout.p,
+        "activation": _activation_source(module.activation, path), "layer_norm_eps": module.norm1.eps,
+        "batch_first": module.self_attn.batch_first, "bias": module.linear1.bias is not None,
+    }
+
+
+def _transformer_encoder_arguments(module: torch.nn.Module, path: str) -> dict:
+    # torch deep-copies encoder_layer num_layers times; the copies' weights come from the state dict.
+    norm = module.norm
+    return {"encoder_layer": _Source(layer_source(module.layers[0], f"{path}.layers.0")),
+            "norm": None if norm is None else _Source(layer_source(norm, f"{path}.norm"))}
+
+
+_ARGUMENT_READERS = {
+    "MultiheadAttention": _attention_arguments,
+    "TransformerEncoderLayer": _transformer_layer_arguments,
+    "TransformerDecoderLayer": _transformer_layer_arguments,
+    "TransformerEncoder": _transformer_encoder_arguments,
+}
+
+
 def _literal(value) -> str:
+    if isinstance(value, _Source):
+        return str(value)
     if isinstance(value, torch.Size):
         value = tuple(value)
     if value is None or isinstance(value, (bool, int, float, str, tuple, list)):
@@ -64,18 +122,22 @@ def layer_source(module: torch.nn.Module, path: str) -> str:
     if cls is None:
         raise PortError(f"cannot port {path or 'the model'} (torch.nn.{name}): jax_impl.nn has no {name}. "
                         f"Fallback: {FALLBACK}")
+    known = _ARGUMENT_READERS[name](module, path) if name in _ARGUMENT_READERS else {}
     parts, named = [], False
     for param in inspect.signature(cls.__init__).parameters.values():
         if param.name in _SKIPPED or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         required = param.default is param.empty
-        if not hasattr(module, param.name):
+        if param.name in known:
+            value = known[param.name]
+        elif not hasattr(module, param.name):
             if required:
                 raise PortError(f"cannot port {path} (torch.nn.{name}): jax_impl.nn.{name} needs {param.name!r}, "
                                 f"which the torch module does not keep as an attribute. Fallback: {FALLBACK}")
             continue
-        value = _value(module, param.name)
-        if not required and _is_default(value, param.default):
+        else:
+            value = _value(module, param.name)
+        if not required and not isinstance(value, _Source) and _is_default(value, param.default):
             continue
         try:
             text = _literal(value)

@@ -86,6 +86,10 @@ def _reshape(r, x, *shape):
     return f"{r.helper('torch_reshape')}({', '.join(r(v) for v in (x, *shape))})"
 
 
+def _expand(r, x, *sizes):
+    return f"{r.helper('torch_expand')}({', '.join(r(v) for v in (x, *sizes))})"
+
+
 def _flatten(r, x, start_dim=0, end_dim=-1):
     return f"{r.helper('torch_flatten')}({r(x)}, {r(start_dim)}, {r(end_dim)})"
 
@@ -216,7 +220,7 @@ def _torch_dropout(r, x, p, train):
 
 
 _METHODS = {
-    "view": _reshape, "reshape": _reshape, "flatten": _flatten, "permute": _permute, "transpose": _transpose,
+    "view": _reshape, "reshape": _reshape, "expand": _expand, "flatten": _flatten, "permute": _permute, "transpose": _transpose,
     "swapaxes": _transpose, "t": _t, "contiguous": _same_tensor, "size": _size, "dim": _dim, "numel": _numel,
     "chunk": _chunk, "split": _split, "mean": _reduction("mean"), "sum": _reduction("sum"),
     "amax": _reduction("max"), "amin": _reduction("min"), "squeeze": _squeeze, "unsqueeze": _unsqueeze,

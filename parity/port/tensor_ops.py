@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["HELPERS", "torch_chunk", "torch_flatten", "torch_reshape", "torch_split", "torch_squeeze"]
+__all__ = ["HELPERS", "torch_chunk", "torch_expand", "torch_flatten", "torch_reshape", "torch_split", "torch_squeeze"]
 
 
 def torch_flatten(input, start_dim=0, end_dim=-1):
@@ -29,6 +29,14 @@ def torch_reshape(input, *shape):
     if len(shape) == 1 and not isinstance(shape[0], int):
         shape = tuple(shape[0])
     return jnp.reshape(input, shape)
+
+
+def torch_expand(input, *sizes):
+    """``x.expand(*sizes)``: a broadcast view; ``-1`` keeps the size, extra sizes are new leading dims."""
+    if len(sizes) == 1 and not isinstance(sizes[0], int):
+        sizes = tuple(sizes[0])
+    lead = len(sizes) - input.ndim
+    return jnp.broadcast_to(input, tuple(input.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)))
 
 
 def torch_split(input, split_size_or_sections, dim=0):
@@ -69,4 +77,4 @@ def torch_squeeze(input, dim=None):
     return jnp.squeeze(input, tuple(d % input.ndim for d in dims if input.shape[d] == 1))
 
 
-HELPERS = {fn.__name__: fn for fn in (torch_chunk, torch_flatten, torch_reshape, torch_split, torch_squeeze)}
+HELPERS = {fn.__name__: fn for fn in (torch_chunk, torch_expand, torch_flatten, torch_reshape, torch_split, torch_squeeze)}

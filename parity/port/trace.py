@@ -47,6 +47,9 @@ class _Tracer(torch.fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.record_stack_traces = True
+        # Buffers as graph values (get_attr nodes), as parameters are: `self.mask[:s, :s]` with a traced `s`
+        # then slices a proxy, where fx's default hands forward the real tensor and the slice fails.
+        self.proxy_buffer_attributes = True
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         return is_torch_leaf(m)

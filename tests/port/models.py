@@ -190,3 +190,70 @@ class Untraceable(nn.Module):
         if y.sum() > 0:
             return y
         return -y
+
+
+class CausalSelfAttention(nn.Module):
+    """A GPT block's attention written with functional calls: F.layer_norm, F.scaled_dot_product_attention."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln_weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        n, s, d = x.shape
+        h = F.layer_norm(x, (d,), self.ln_weight, None, 1e-5)
+        q, k, v = self.qkv(h).split(d, dim=2)
+        q, k, v = (t.view(n, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.proj(y.transpose(1, 2).reshape(n, s, d))
+
+
+class TinyGPT(nn.Module):
+    """Token and position embeddings, a functional causal-attention block, a TransformerEncoderLayer
+    (pre-norm, GELU, dropout, causal mask buffer), LayerNorm, Linear head over the vocabulary."""
+
+    def __init__(self, vocab: int = 11, dim: int = 8, heads: int = 2, length: int = 5) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(1, length, dim) * 0.1)
+        self.attn = CausalSelfAttention(dim, heads)
+        self.block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=16, dropout=0.1, activation="gelu",
+                                                batch_first=True, norm_first=True)
+        self.register_buffer("mask", torch.triu(torch.full((length, length), float("-inf")), diagonal=1))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx):
+        s = idx.size(1)
+        x = self.tok(idx) + self.pos[:, :s]
+        x = self.attn(x)
+        x = self.block(x, src_mask=self.mask[:s, :s])
+        return F.log_softmax(self.head(self.ln_f(x)), dim=-1)
+
+
+class TinyViT(nn.Module):
+    """Patch embedding (Conv2d, flatten, transpose), class token (torch.cat), a 2-layer TransformerEncoder
+    (post-norm, ReLU, dropout, final LayerNorm), MultiheadAttention pooling, GroupNorm/RMSNorm, F.gelu head."""
+
+    def __init__(self, dim: int = 8, heads: int = 2, patch: int = 4, classes: int = 3) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, patch, stride=patch)
+        self.stem_norm = nn.GroupNorm(2, dim)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.1)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=12, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(dim), enable_nested_tensor=False)
+        self.pool = nn.MultiheadAttention(dim, heads, kdim=6, vdim=5, add_bias_kv=True, batch_first=True)
+        self.k_proj = nn.Linear(dim, 6)
+        self.v_proj = nn.Linear(dim, 5)
+        self.norm = nn.RMSNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.stem_norm(self.stem(x)).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.size(0), -1, -1), x], dim=1)
+        x = self.encoder(x)
+        pooled, _ = self.pool(x[:, :1], self.k_proj(x), self.v_proj(x), need_weights=False)
+        return self.head(F.gelu(self.norm(pooled[:, 0]), approximate="tanh"))

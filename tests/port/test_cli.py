@@ -21,8 +21,10 @@ def test_writes_checks_and_exits_0(tmp_path, capsys):
 
 
 def test_differences_beyond_tolerance_exit_1(tmp_path, capsys, monkeypatch):
-    # Zero tolerance: float32 reductions in a different order than torch's cannot all be bit-identical.
+    # Zero tolerance and no allowance for torch's float32 floor: float32 reductions in a different order
+    # than torch's cannot all be bit-identical.
     monkeypatch.setitem(parity.port.check.TOLERANCES, torch.float32, (0.0, 0.0))
+    monkeypatch.setattr(parity.port.check, "FLOOR_FACTOR", 0.0)
     code = main(["port", FACTORY, "--input-shape", "2,1,12,12", "-o", str(tmp_path / "twin.py")])
     assert code == 1
     assert "DIFFERS" in capsys.readouterr().out

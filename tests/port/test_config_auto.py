@@ -11,6 +11,7 @@ from parity.experiment import run_experiment
 AUTO = ["model.jax=auto", "model.kwargs={c1: 4, c2: 8, hidden: 16, image_size: 28}"]
 
 
+@pytest.mark.slow  # a parity run's compile and data set: several seconds
 def test_a_ported_twin_trains_in_float64_strictly():
     """configs/mnist_example.yaml (dropout masks, Adadelta, float64) with the twin ported from ``examples.mnist_net:Net``:
     3 steps measured 3.6e-16 max rel (the conv/matmul summation orders differ); bar the config's 1e-10."""
