@@ -16,6 +16,12 @@ becomes ::
         state, loss = step(state, x, y)
     model = merge_model(graphdef, state)
 
+Two habits of torch recipes are options of the step:
+``clip_grad_norm=max_norm`` is ``torch.nn.utils.clip_grad_norm_(model.parameters(),
+max_norm)`` between ``backward()`` and ``step()``, and
+:func:`accumulating_train_step` is gradient accumulation over ``k``
+micro-batches (``(loss / k).backward()`` on each, one ``step()`` after them).
+
 The step is one ``jax.jit`` over the model split into parameters and the rest
 (BatchNorm running statistics, counters, RNG state), so nothing re-walks the
 module graph per call; the batch is an argument (a batch closed over would be
@@ -35,7 +41,10 @@ from typing import Any, NamedTuple
 import jax
 from flax import nnx
 
-__all__ = ["TrainState", "eval_step", "init_train_state", "loss_and_grads", "merge_model", "train_step"]
+from jax_impl.nn.utils import clip_grad_norm_
+
+__all__ = ["TrainState", "accumulating_train_step", "eval_step", "init_train_state", "loss_and_grads",
+           "merge_model", "train_step"]
 
 
 class TrainState(NamedTuple):
@@ -58,22 +67,37 @@ def merge_model(graphdef: Any, state: TrainState) -> nnx.Module:
 
 
 def loss_and_grads(graphdef: Any, loss_fn: Callable[[Any, Any], Any], state: TrainState, x: Any,
-                   y: Any) -> tuple[Any, Any, Any]:
-    """``(loss, grads, new buffers)`` of one forward and backward pass in train mode (traceable)."""
+                   y: Any, divisor: int = 1) -> tuple[Any, Any, Any]:
+    """``(loss, grads, new buffers)`` of one forward and backward pass in train mode (traceable).
+
+    ``divisor`` ``k`` differentiates ``loss / k``, as torch's ``(loss / k).backward()``
+    of a micro-batch; the returned loss is the micro-batch's own, undivided.
+    """
 
     def loss_of(params):
         # Fresh variables for the buffers: BatchNorm updates them inside this (grad) trace.
         model = nnx.merge(graphdef, params, jax.tree.map(lambda v: v, state.buffers))
         model.train()
         loss = loss_fn(model(x), y)
-        return loss, nnx.state(model, nnx.Not(nnx.Param))
+        scaled = loss if divisor == 1 else loss / divisor
+        return scaled, (loss, nnx.state(model, nnx.Not(nnx.Param)))
 
-    (loss, buffers), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+    (_, (loss, buffers)), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
     return loss, grads, buffers
 
 
-def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *,
-               donate: bool = True) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+def _optimizer_step(tx: Any, grads: Any, state: TrainState, buffers: Any, clip_grad_norm: float | None,
+                    norm_type: float) -> TrainState:
+    """Optional ``clip_grad_norm_``, then torch's optimizer step (``tx.step``), on the step's gradients."""
+    if clip_grad_norm is not None:
+        grads = clip_grad_norm_(grads, clip_grad_norm, norm_type)[1]
+    params, opt_state = tx.step(grads, state.opt_state, state.params)
+    return TrainState(params, buffers, opt_state)
+
+
+def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *, donate: bool = True,
+               clip_grad_norm: float | None = None,
+               norm_type: float = 2.0) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The jitted step ``(state, x, y) -> (state, loss)``: forward, backward and torch's optimizer step.
 
     Args:
@@ -84,6 +108,10 @@ def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *,
         state passed in is invalid afterwards, as torch's in-place update
         leaves no old parameters). ``False`` keeps it, e.g. to compare
         the state before and after a step.
+      clip_grad_norm: ``max_norm`` of ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm,
+        norm_type)`` applied between backward and step (every gradient
+        times ``min(max_norm / (total_norm + 1e-6), 1)``); ``None`` clips nothing.
+      norm_type: the clip's ``p`` (``inf`` for the max norm).
 
     Returns:
       The step function; its ``loss`` is the loss of the batch before the update.
@@ -91,10 +119,68 @@ def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *,
 
     def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
         loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
-        params, opt_state = tx.step(grads, state.opt_state, state.params)
-        return TrainState(params, buffers, opt_state), loss
+        return _optimizer_step(tx, grads, state, buffers, clip_grad_norm, norm_type), loss
 
     return jax.jit(step, donate_argnums=(0,) if donate else ())
+
+
+def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, accumulate: int, *,
+                            donate: bool = True, clip_grad_norm: float | None = None, norm_type: float = 2.0
+                            ) -> Callable[[TrainState, Any], tuple[TrainState, list[Any]]]:
+    """One optimizer step over up to ``accumulate`` micro-batches, as torch's gradient-accumulation recipe::
+
+        optimizer.zero_grad()
+        for x, y in micro_batches:              # k of them
+            (loss_fn(model(x), y) / k).backward()   # .grad += each micro-batch's gradient, in order
+        clip_grad_norm_(model.parameters(), max_norm)   # if clip_grad_norm
+        optimizer.step()
+
+    Args:
+      graphdef: from :func:`init_train_state`.
+      loss_fn: ``loss_fn(outputs, targets)``.
+      tx: a ``jax_impl.optim`` transformation (its exact ``step`` is used).
+      accumulate: ``k``, the divisor of every micro-batch's loss. A shorter
+        list of micro-batches (an epoch's trailing ones) is still divided by
+        ``k``, as the recipe's ``loss / k`` does.
+      donate: as :func:`train_step`.
+      clip_grad_norm, norm_type: as :func:`train_step`, on the accumulated gradients.
+
+    Returns:
+      ``step(state, micro_batches) -> (state, losses)``: ``micro_batches`` a
+      sequence of ``(x, y)``, ``losses`` each micro-batch's undivided loss.
+      Each micro-batch runs one jitted forward and backward (the micro-batches
+      may differ in shape), the update one jitted optimizer step.
+    """
+    if not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
+
+    def first(state: TrainState, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, accumulate)
+        return buffers, grads, loss
+
+    def add(state: TrainState, acc: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, accumulate)
+        # torch's AccumulateGrad: `.grad += new`, the running sum first.
+        return buffers, jax.tree.map(lambda a, g: a + g, acc, grads), loss
+
+    def update(state: TrainState, grads: Any) -> TrainState:
+        return _optimizer_step(tx, grads, state, state.buffers, clip_grad_norm, norm_type)
+
+    first_jit, add_jit = jax.jit(first), jax.jit(add, donate_argnums=(1,))
+    update_jit = jax.jit(update, donate_argnums=(0, 1) if donate else (1,))
+
+    def step(state: TrainState, micro_batches: Any) -> tuple[TrainState, list[Any]]:
+        batches = list(micro_batches)
+        if not 1 <= len(batches) <= accumulate:
+            raise ValueError(f"expected 1 to {accumulate} micro-batches, got {len(batches)}")
+        buffers, grads, loss = first_jit(state, *batches[0])
+        losses = [loss]
+        for x, y in batches[1:]:
+            buffers, grads, loss = add_jit(state._replace(buffers=buffers), grads, x, y)
+            losses.append(loss)
+        return update_jit(state._replace(buffers=buffers), grads), losses
+
+    return step
 
 
 def eval_step(graphdef: Any) -> Callable[[TrainState, Any], Any]:

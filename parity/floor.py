@@ -21,12 +21,16 @@ JAX run away at every step, beyond any multiple of a small floor.
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
+import jax
 import torch
 
-from parity.build import torch_optimizer
+from parity.build import build_experiment, torch_optimizer
 from parity.compare import scaled_error
+from parity.torch_step import micro_batch_groups, step_loss, torch_train_step
 
 __all__ = ["FLOOR_FACTOR", "FloorReference", "judge", "torch_precision_floor"]
 
@@ -56,17 +60,17 @@ class FloorReference:
         # after the scheduler restores the groups' lr and betas the scheduler's constructor reset.
         self.optimizer.load_state_dict(copy.deepcopy(exp.t_opt.state_dict()))
         self.loss_fn = getattr(torch.nn, cfg.train.loss.name)(**cfg.train.loss.kwargs)
+        self.train = cfg.train
 
-    def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        """One training step on the float32 run's batch; returns the loss."""
+    def step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+        """One optimizer step on the float32 run's micro-batches (one batch without ``train.accumulate``), with
+        its gradient clipping; returns the step's loss (:func:`parity.torch_step.step_loss`)."""
         self.model.train()
-        self.optimizer.zero_grad()
-        loss = self.loss_fn(self.model(x.double()), y)
-        loss.backward()
-        self.optimizer.step()
+        losses = torch_train_step(self.model, self.loss_fn, self.optimizer, micro_batches, dtype=torch.float64,
+                                  **_step_options(self.train))
         if self.scheduler is not None and self.interval == "step":
             self.scheduler.step()
-        return float(loss.item())
+        return step_loss(losses)
 
     def end_epoch(self) -> None:
         if self.scheduler is not None and self.interval == "epoch":
@@ -83,6 +87,12 @@ class FloorReference:
         errors = self.distances(torch_model)
         worst = max(errors, key=errors.get)
         return errors[worst], worst
+
+
+def _step_options(train: Any) -> dict[str, Any]:
+    """:func:`parity.torch_step.torch_train_step`'s clip and accumulation options of ``train`` (a TrainConfig)."""
+    return {"accumulate": train.accumulate, "clip_grad_norm": train.clip_grad_norm,
+            "norm_type": train.clip_grad_norm_type}
 
 
 def judge(report: Any, rtol: float) -> None:
@@ -104,27 +114,20 @@ def torch_precision_floor(cfg: Any, steps: int) -> dict[str, Any]:
     ``{"max_rel": float, "worst": name}`` with the runner's measure
     (``max |f32 - f64| / max |f64|`` per parameter, worst over parameters).
     """
-    from parity.models import build_models
-    from torch_ref import data as tdata
-    from torch_ref.lr_scheduler import build_scheduler
-
-    split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
     runs = {}
-    for dtype in (torch.float32, torch.float64):
-        model = build_models(cfg.model, seed=cfg.train.seed)[0].to(dtype).train()
-        loader = tdata.build_dataloader(cfg.data, tdata.build_dataset(cfg.data.dataset, train=True, **split),
-                                        seed=cfg.train.seed)
-        opt, _ = torch_optimizer(cfg.optimizer, model)
-        sched = build_scheduler(cfg.scheduler, opt) if cfg.scheduler is not None else None
-        loss_fn = getattr(torch.nn, cfg.train.loss.name)(**cfg.train.loss.kwargs)
+    for dtype in ("float32", "float64"):
+        # The runner's own build (models, user data sets, transforms), so both runs read its batches; its JAX
+        # side is unused, built in its dtype.
+        with jax.enable_x64(dtype == "float64"):
+            exp = build_experiment(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, dtype=dtype)))
+        model, sched = exp.torch_model.train(), exp.t_sched
         step = 0
         while step < steps:
-            for x, y in loader:
+            for batches in micro_batch_groups(exp.t_train, cfg.train.accumulate):
                 if step >= steps:
                     break
-                opt.zero_grad()
-                loss_fn(model(x.to(dtype)), y).backward()
-                opt.step()
+                torch_train_step(model, exp.t_loss, exp.t_opt, batches, dtype=exp.t_dtype,
+                                 **_step_options(cfg.train))
                 step += 1
                 if sched is not None and cfg.scheduler.interval == "step":
                     sched.step()
@@ -132,6 +135,6 @@ def torch_precision_floor(cfg: Any, steps: int) -> dict[str, Any]:
                 if sched is not None and cfg.scheduler.interval == "epoch":
                     sched.step()
         runs[dtype] = {k: v.detach().double().numpy() for k, v in model.named_parameters()}
-    errors = {k: scaled_error(runs[torch.float32][k], runs[torch.float64][k]) for k in runs[torch.float64]}
+    errors = {k: scaled_error(runs["float32"][k], runs["float64"][k]) for k in runs["float64"]}
     worst = max(errors, key=errors.get)
     return {"max_rel": errors[worst], "worst": worst}

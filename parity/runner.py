@@ -39,6 +39,7 @@ from parity.files import check_writable, make_run_folder
 from parity.floor import FLOOR_FACTOR, FloorReference, judge
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
+from parity.torch_step import micro_batch_groups, model_input, step_loss, torch_train_step
 
 __all__ = ["DivergenceError", "run_single"]
 
@@ -130,11 +131,23 @@ def _write_quietly(report: RunReport, folder: Path | None) -> None:
 
 
 def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
-    """``jax_impl.train.train_step`` of this run: the input state is kept (no donation), since the step's
-    starting state is the snapshot a divergent step is replayed from."""
-    from jax_impl.train import train_step
+    """``step(state, micro_batches) -> (state, losses)``: ``jax_impl.train``'s step of this run (with
+    ``train.clip_grad_norm``; ``accumulating_train_step`` when ``train.accumulate > 1``). The input state
+    is kept (no donation), since the step's starting state is the snapshot a divergent step is replayed from."""
+    from jax_impl.train import accumulating_train_step, train_step
 
-    return train_step(graphdef, exp.j_loss, exp.tx, donate=False)
+    train = exp.config.train
+    clip = {"clip_grad_norm": train.clip_grad_norm, "norm_type": train.clip_grad_norm_type}
+    if train.accumulate > 1:
+        return accumulating_train_step(graphdef, exp.j_loss, exp.tx, train.accumulate, donate=False, **clip)
+    step = train_step(graphdef, exp.j_loss, exp.tx, donate=False, **clip)
+
+    def one_batch(state: Any, micro_batches: Any) -> tuple[Any, list[Any]]:
+        (x, y), = micro_batches
+        state, loss = step(state, x, y)
+        return state, [loss]
+
+    return one_batch
 
 
 @functools.cache
@@ -171,10 +184,10 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
     graphdef, state = _state(exp)
     jax_step = _jax_step_fn(exp, graphdef)
     for size in sorted(sizes - {0}):
-        xs = jnp.zeros((size, *np.shape(x)), exp.np_dtype)
+        xs = _jax_input(np.zeros((size, *np.shape(x)), np.asarray(x).dtype), exp.np_dtype)
         ys = jnp.asarray(np.stack([np.asarray(y)] * size))
-        try:
-            jax_step(state, xs, ys)[1].block_until_ready()
+        try:  # two micro-batches compile an accumulating step's first, running-sum and update parts
+            jax_step(state, [(xs, ys)] * min(exp.config.train.accumulate, 2))[1][-1].block_until_ready()
         except (TypeError, ValueError) as error:  # shapes and dtypes: the JAX model does not fit the data
             first = str(error).strip().splitlines()[0][:200]
             raise ConfigError(f"the JAX model's train step fails on a batch of shape {tuple(xs.shape)}: {first}",
@@ -223,9 +236,12 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
     exp.torch_model.train()
     graphdef, state = _state(exp)
     t_time = j_time = 0.0
-    for (tx_b, ty_b), (jx_b, jy_b) in zip(exp.t_train, exp.j_train, strict=True):
+    train = cfg.train
+    for group in micro_batch_groups(zip(exp.t_train, exp.j_train, strict=True), train.accumulate):
         if max_steps is not None and step >= max_steps:
             break
+        t_batches = [t for t, _ in group]
+        tx_b = t_batches[0][0]  # the step's first input: what a divergent step's forward is replayed on
         interrupt.check()
         record: dict[str, Any] = {"step": step, "epoch": epoch, "lr": lr_at(exp.schedule, cfg, step, epoch)}
         hunting = only is None and report.first_divergent_step is None
@@ -235,21 +251,21 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
             j_snap = state  # immutable arrays, not donated: holding them is the snapshot
         if only != "jax":
             start = time.perf_counter()
-            exp.t_opt.zero_grad()
-            t_loss = exp.t_loss(exp.torch_model(tx_b.to(exp.t_dtype)), ty_b)
-            t_loss.backward()
-            exp.t_opt.step()
+            t_losses = torch_train_step(exp.torch_model, exp.t_loss, exp.t_opt, t_batches, dtype=exp.t_dtype,
+                                        accumulate=train.accumulate, clip_grad_norm=train.clip_grad_norm,
+                                        norm_type=train.clip_grad_norm_type)
             if per_step_schedule:
                 exp.t_sched.step()
-            record["torch_loss"] = float(t_loss.item())
+            record["torch_loss"] = step_loss(t_losses)
             t_time += time.perf_counter() - start
             if exp.floor is not None:  # the float64 twin draws the same dropout masks as this step did
                 with _rng_state(rng):
-                    record["torch_f64_loss"] = exp.floor.step(tx_b, ty_b)
+                    record["torch_f64_loss"] = exp.floor.step(t_batches)
         if only != "torch":
             start = time.perf_counter()
-            state, j_loss = jax_step(state, jnp.asarray(np.asarray(jx_b), exp.np_dtype), jnp.asarray(np.asarray(jy_b)))
-            record["jax_loss"] = float(j_loss)
+            j_batches = [(_jax_input(jx_b, exp.np_dtype), jnp.asarray(np.asarray(jy_b))) for _, (jx_b, jy_b) in group]
+            state, j_losses = jax_step(state, j_batches)
+            record["jax_loss"] = step_loss([float(loss) for loss in j_losses])
             j_time += time.perf_counter() - start
         report.steps.append(record)
         _stop_if_not_finite(report, record, step, epoch, exp)
@@ -339,9 +355,9 @@ def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
         labels.append(ty.numpy())
         if only != "jax":
             with torch.no_grad():
-                t_pred.append(exp.torch_model(tx.to(exp.t_dtype)).argmax(1).numpy())
+                t_pred.append(exp.torch_model(model_input(tx, exp.t_dtype)).argmax(1).numpy())
         if only != "torch":
-            j_pred.append(np.asarray(forward(state, jnp.asarray(np.asarray(jx), exp.np_dtype)).argmax(1)))
+            j_pred.append(np.asarray(forward(state, _jax_input(jx, exp.np_dtype)).argmax(1)))
     y = np.concatenate(labels) if labels else np.zeros(0)
     t = np.concatenate(t_pred) if t_pred else None
     j = np.concatenate(j_pred) if j_pred else None
@@ -357,10 +373,19 @@ def _replay_step(exp: Experiment, t_snap: dict[str, torch.Tensor], j_model: Any,
     tol = exp.config.train.tolerance
     t_copy = copy.deepcopy(exp.torch_model)
     t_copy.load_state_dict(t_snap)
-    result = compare_models(t_copy, j_model, x.to(exp.t_dtype).numpy().astype(exp.np_dtype), train=True,
+    result = compare_models(t_copy, j_model, model_input(x, exp.t_dtype).numpy(), train=True,
                             rtol=tol.rtol, atol=tol.atol)
     first = result.first_divergence
     return None if first is None else first.name
+
+
+def _jax_input(x: Any, np_dtype: type) -> Any:
+    """A loader batch's inputs on the JAX side, cast as :func:`parity.torch_step.model_input` casts torch's:
+    floating inputs to the run's dtype, integer ones (token ids) kept (int32 unless jax x64 is on)."""
+    import jax.numpy as jnp
+
+    x = np.asarray(x)
+    return jnp.asarray(x, np_dtype) if np.issubdtype(x.dtype, np.floating) else jnp.asarray(x)
 
 
 def _jax_flat(model: Any, kind: Any) -> dict[str, np.ndarray]:

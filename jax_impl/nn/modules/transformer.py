@@ -58,6 +58,10 @@ class _FeedForwardLayer(Module):
     def _attend(attn: MultiheadAttention, x, memory, mask, key_padding_mask, is_causal, out_dropout: Dropout):
         out = attn(x, memory, memory, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
                    is_causal=is_causal)[0]
+        if attn.batch_first and out.ndim == 3:
+            # torch's batch-first attention output is a (L, N, E) tensor transposed to (N, L, E); dropout's
+            # mask (empty_like, strides preserved) is drawn in that memory order, so draw it as (L, N, E).
+            return out_dropout(out.transpose(1, 0, 2)).transpose(1, 0, 2)
         return out_dropout(out)
 
 

@@ -1,0 +1,72 @@
+"""torch's side of one optimizer step of a run: the recipe's loop body, with gradient clipping and accumulation.
+
+The runner's torch side, the float64 floor twin (:mod:`parity.floor`) and
+``torch_precision_floor`` all step through :func:`torch_train_step`, so the
+three follow one recipe::
+
+    optimizer.zero_grad()
+    for x, y in micro_batches:                       # train.accumulate = k of them
+        loss = loss_fn(model(x), y)
+        (loss / k).backward()                        # plain loss.backward() when k == 1
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)   # train.clip_grad_norm
+    optimizer.step()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = ["micro_batch_groups", "model_input", "step_loss", "torch_train_step"]
+
+T = TypeVar("T")
+
+
+def model_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A batch's inputs in the run's ``dtype`` (``train.dtype``); integer inputs (token ids for an
+    ``Embedding``) stay integers."""
+    return x.to(dtype) if x.is_floating_point() else x
+
+
+def micro_batch_groups(batches: Iterable[T], accumulate: int) -> Iterator[list[T]]:
+    """Consecutive groups of ``accumulate`` batches, one group per optimizer step; the last may be shorter
+    (an epoch's trailing micro-batches make one more step)."""
+    group: list[T] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == accumulate:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def step_loss(losses: Sequence[float]) -> float:
+    """The loss recorded for an optimizer step: the mean of its micro-batches' (undivided) losses, the
+    batch's loss itself without accumulation."""
+    return sum(losses) / len(losses)
+
+
+def torch_train_step(model: torch.nn.Module, loss_fn: Any, optimizer: torch.optim.Optimizer,
+                     micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, dtype: torch.dtype,
+                     accumulate: int = 1, clip_grad_norm: float | None = None,
+                     norm_type: float = 2.0) -> list[float]:
+    """One optimizer step of ``model`` over ``micro_batches`` (inputs cast to ``dtype``); returns each
+    micro-batch's undivided loss.
+
+    Each loss is divided by ``accumulate`` before its ``backward()`` also when
+    fewer micro-batches are given (an epoch's trailing group), as the recipe's
+    ``loss / k`` is.
+    """
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        loss = loss_fn(model(model_input(x, dtype)), y)
+        (loss if accumulate == 1 else loss / accumulate).backward()
+        losses.append(float(loss.item()))
+    if clip_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm, norm_type)
+    optimizer.step()
+    return losses
