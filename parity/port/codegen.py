@@ -42,7 +42,8 @@ def _module_ref(root: torch.nn.Module, qualname: str, base: str = "self") -> str
     """``self.layer1[0].conv1`` for ``"layer1.0.conv1"``: indices into Sequential / ModuleList, else attributes."""
     text, module = base, root
     for part in qualname.split(".") if qualname else ():
-        if isinstance(module, (torch.nn.Sequential, torch.nn.ModuleList)) and part.isdigit():
+        # The twin's top class is an nn.Module even when the torch model is a Sequential: no indexing there.
+        if isinstance(module, (torch.nn.Sequential, torch.nn.ModuleList)) and part.isdigit() and module is not root:
             text += f"[{part}]"
         elif _is_identifier(part):
             text += f".{part}"

@@ -79,6 +79,8 @@ def instantiate(cls: type, torch_module: torch.nn.Module) -> nnx.Module:
     for key, var in variables.items():
         dtype = state_dict[key].dtype if key in state_dict else None
         np_dtype = np.dtype(str(dtype).removeprefix("torch.")) if dtype is not None else var.get_value().dtype
+        # int64 counters are int32 without jax's x64 mode (the values are the same); asked for, jax warns
+        np_dtype = jax.dtypes.canonicalize_dtype(np_dtype)
         var.set_value(jnp.zeros(var.get_value().shape, np_dtype))
     load_torch_state_dict(twin, state_dict)
     for name, module in torch_module.named_modules():
