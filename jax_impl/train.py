@@ -167,7 +167,7 @@ def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], t
         return _optimizer_step(tx, grads, state, state.buffers, clip_grad_norm, norm_type)
 
     first_jit, add_jit = jax.jit(first), jax.jit(add, donate_argnums=(1,))
-    update_jit = jax.jit(update, donate_argnums=(0, 1) if donate else (1,))
+    update_jit = jax.jit(update, donate_argnums=(0,) if donate else ())
 
     def step(state: TrainState, micro_batches: Any) -> tuple[TrainState, list[Any]]:
         batches = list(micro_batches)
