@@ -1,4 +1,4 @@
-"""A tiny Vision Transformer (torchvision's ``VisionTransformer`` layout, scaled down), in torch and as its jax_impl twin.
+"""A tiny Vision Transformer (torchvision's ``VisionTransformer`` layout, scaled down), in torch and as its twin.
 
 A user model for ``parity run``: ``configs/vit_tiny_digits.yaml`` names both
 classes by import path. The image is cut into patches by a strided

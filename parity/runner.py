@@ -344,9 +344,6 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
 
 def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
     """Held-out accuracy of each side and the share of samples whose predicted class agrees."""
-    import jax.numpy as jnp
-    from flax import nnx
-
     t_pred, j_pred, labels = [], [], []
     exp.torch_model.eval()
     graphdef, state = _state(exp)
