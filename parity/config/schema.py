@@ -344,8 +344,10 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         if self.parallel is not None and self.parallel.world_size > 1:
-            for key, default in (("clip_grad_norm", None), ("accumulate", 1)):
-                _require(getattr(self.train, key) == default, f"train.{key}",
+            for section, key, default in (("train", "clip_grad_norm", None), ("train", "accumulate", 1),
+                                          ("data", "transform", ()), ("data", "eval_transform", None),
+                                          ("model", "init", "copy")):
+                _require(getattr(getattr(self, section), key) == default, f"{section}.{key}",
                          "not supported in data-parallel runs (parallel.world_size > 1)")
 
     def to_dict(self) -> dict[str, Any]:

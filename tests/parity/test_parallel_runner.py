@@ -73,6 +73,9 @@ def test_one_framework_alone(tmp_path, only):
 
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
+    for override in ("data.transform=[ToTensor]", "model.init=seed", "train.accumulate=2"):
+        assert main([*args, override]) == 2  # never silently ignored
+        assert "not supported in data-parallel runs" in capsys.readouterr().err
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
     assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
     assert main([*args, "parallel.backend=nccl"]) == (2 if not __import__("torch").cuda.is_available() else 0)
