@@ -95,7 +95,8 @@ def _trace_once(module: torch.nn.Module) -> torch.fx.Graph:
     except PortError:
         raise
     except Exception as error:  # noqa: BLE001 - every fx failure becomes one error that says what to do
-        where = _current_user_line() or user_line("".join(traceback.format_exception(error)))
+        # The exception's own frames reach into forward, where it failed; the current stack only to the caller.
+        where = user_line("".join(traceback.format_exception(error))) or _current_user_line()
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PortError(
             f"cannot trace {type(module).__name__} with torch.fx: {type(error).__name__}: {first}"

@@ -21,6 +21,16 @@ def test_data_dependent_control_flow_names_the_node_and_line():
     assert 'model: {torch: "pkg:Net", jax: "pkg:JaxNet"}' in message
 
 
+class _UsesLen(nn.Module):
+    def forward(self, x):
+        return x * len(x)
+
+
+def test_a_trace_failure_names_the_line_in_forward():
+    with pytest.raises(PortError, match=r"'len' is not supported.*test_trace.py:\d+: return x \* len\(x\)"):
+        parity.port(_UsesLen())
+
+
 class _Unmapped(nn.Module):
     def forward(self, x):
         return torch.cumsum(x, dim=0)
