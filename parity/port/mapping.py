@@ -214,6 +214,15 @@ def _div(r, x, other, *, rounding_mode=None):
     return f"{r(x)} / {r(other)}"
 
 
+def _arange(r, start, end=None, step=1, *, dtype=None, device=None, layout=None, pin_memory=False,
+            requires_grad=False):
+    """``torch.arange``; ``device`` is dropped (arrays live on jax's device)."""
+    args = [start] if end is None else [start, end] + ([step] if step != 1 else [])
+    if dtype is None and any(isinstance(a, float) for a in args):
+        dtype = torch.get_default_dtype()  # torch's float arange is the default dtype, jnp's the widest float
+    return f"jnp.arange({', '.join(r(a) for a in args)}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
+
+
 def _torch_dropout(r, x, p, train):
     # torch.dropout(input, p, train) is F.dropout's kernel, with `train` for `training`.
     return f"F.dropout({r(x)}, {r(p)}, {r.training(train)})"
@@ -241,7 +250,7 @@ _TORCH_AS_METHOD = (
 _FUNCTIONS = {getattr(torch, name): _METHODS[name] for name in _TORCH_AS_METHOD}
 _FUNCTIONS.update({
     torch.cat: _cat, torch.concat: _cat, torch.concatenate: _cat, torch.stack: _stack, torch.mm: _matmul,
-    torch.bmm: _matmul, torch.dropout: _torch_dropout,
+    torch.bmm: _matmul, torch.dropout: _torch_dropout, torch.arange: _arange,
     torch.relu_: _functional("relu"), torch.max_pool1d: _functional("max_pool1d"),
     torch.max_pool2d: _functional("max_pool2d"), torch.max_pool3d: _functional("max_pool3d"),
     torch.avg_pool1d: _functional("avg_pool1d"), torch.adaptive_avg_pool1d: _functional("adaptive_avg_pool1d"),
@@ -277,6 +286,8 @@ def render_call_function(r: Renderer, target, args, kwargs) -> str:
         return f"{r(args[0])}[{r.index(args[1])}]"
     if target is builtins.getattr and len(args) == 2 and args[1] in _ATTRIBUTES and not kwargs:
         return f"{r(args[0])}.{args[1]}"
+    if target is builtins.getattr and len(args) == 2 and args[1] == "device" and not kwargs:
+        return "None  # x.device: jax places arrays itself; torch.arange(..., device=) drops it"
     if target in _FUNCTIONAL:
         name = _FUNCTIONAL[target]
         return _bound_call(r, f"F.{name}", getattr(JF, name), args, kwargs)

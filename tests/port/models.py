@@ -212,13 +212,13 @@ class CausalSelfAttention(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """Token and position embeddings, a functional causal-attention block, a TransformerEncoderLayer
+    """Token and position embeddings (torch.arange on the input's device), a functional causal-attention block, a TransformerEncoderLayer
     (pre-norm, GELU, dropout, causal mask buffer), LayerNorm, Linear head over the vocabulary."""
 
     def __init__(self, vocab: int = 11, dim: int = 8, heads: int = 2, length: int = 5) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
-        self.pos = nn.Parameter(torch.randn(1, length, dim) * 0.1)
+        self.pos = nn.Embedding(length, dim)
         self.attn = CausalSelfAttention(dim, heads)
         self.block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=16, dropout=0.1, activation="gelu",
                                                 batch_first=True, norm_first=True)
@@ -228,7 +228,7 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx):
         s = idx.size(1)
-        x = self.tok(idx) + self.pos[:, :s]
+        x = self.tok(idx) + self.pos(torch.arange(0, s, dtype=torch.long, device=idx.device))
         x = self.attn(x)
         x = self.block(x, src_mask=self.mask[:s, :s])
         return F.log_softmax(self.head(self.ln_f(x)), dim=-1)

@@ -3,6 +3,7 @@ LayerNorm/GroupNorm/RMSNorm and the functional attention calls, against torch ru
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as tnn
@@ -49,3 +50,19 @@ def test_an_activation_with_no_jax_spelling_names_the_layer():
     layer = tnn.TransformerEncoderLayer(4, 1, 8, activation=torch.tanh)
     with pytest.raises(PortError, match="block: its activation"):
         layer_source(layer, "block")
+
+
+class _Positions(tnn.Module):
+    def forward(self, x):
+        n = x.size(-1)
+        return x * torch.arange(n, device=x.device) + torch.arange(0.5, 0.5 + n * 0.25, 0.25)
+
+
+def test_arange_on_the_inputs_device():
+    """``torch.arange``: ``device`` dropped; a float range in torch's default dtype (jnp's would be the widest)."""
+    source = parity.port.port_source(_Positions())
+    assert "jnp.arange(size)" in source and ", 0.25, dtype=jnp.float32)" in source
+    x = torch.randn(3, 2)
+    got = np.asarray(parity.port(_Positions())(x.numpy()))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, _Positions()(x).numpy())  # one multiply and one add: bit-identical
