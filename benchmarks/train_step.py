@@ -12,10 +12,11 @@ Cases (float32, random data, CrossEntropyLoss, SGD lr=0.01 momentum=0.9):
 For each case:
 
 - ``train``: one full step. torch: ``zero_grad``, forward, loss, backward,
-  ``SGD.step`` (eager, the way a torch recipe runs). JAX: the model split
-  into parameters and buffers (``nnx.split``), one ``jax.jit`` of forward,
-  loss, ``jax.grad`` and ``jax_impl.optim.sgd``'s exact step, with the state
-  donated (updated in place), as a JAX training loop runs it;
+  ``SGD.step`` (eager, the way a torch recipe runs). JAX: ``jax_impl.train``'s
+  step, what a user's loop runs: the model split once into parameters and
+  buffers, one ``jax.jit`` of forward, loss, ``jax.grad`` and
+  ``jax_impl.optim.sgd``'s exact step, the batch an argument, the state
+  donated (updated in place);
 - ``infer``: forward in eval mode (torch under ``torch.no_grad``, JAX one
   jitted forward).
 
@@ -159,28 +160,14 @@ def torch_calls(case: dict[str, Any], x, y):
 
 
 def jax_train_step(model, *, donate: bool = True):
-    """``(state, x, y) -> (state, loss)`` jitted, and the initial state: the model split by ``nnx.split``."""
-    import jax
-    from flax import nnx
-
+    """``(state, x, y) -> (state, loss)`` and the initial state: ``jax_impl.train``'s step, what a user's loop
+    runs (the model split once, the batch an argument, the state donated, ``tx.step``)."""
     from jax_impl import nn, optim
+    from jax_impl.train import init_train_state, train_step
 
     tx = optim.sgd(lr=LR, momentum=MOMENTUM)
-    loss_fn = nn.CrossEntropyLoss()
-    graphdef, params, buffers = nnx.split(model, nnx.Param, ...)
-
-    def step(state, x, y):
-        params, buffers, opt_state = state
-
-        def loss_of(p):
-            m = nnx.merge(graphdef, p, jax.tree.map(lambda v: v, buffers))
-            return loss_fn(m(x), y), nnx.state(m, nnx.Not(nnx.Param))
-
-        (loss, buffers), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
-        params, opt_state = tx.step(grads, opt_state, params)
-        return (params, buffers, opt_state), loss
-
-    return jax.jit(step, donate_argnums=(0,) if donate else ()), (params, buffers, tx.init(params))
+    graphdef, state = init_train_state(model, tx)
+    return train_step(graphdef, nn.CrossEntropyLoss(), tx, donate=donate), state
 
 
 def jax_calls(case: dict[str, Any], x, y, torch_model):
