@@ -76,7 +76,8 @@ class PortCheck:
         if report.passed:
             return "tolerance"
         leaves = self.floors.get(phase)
-        if not leaves or any(leaf.status != "mismatch" for leaf in report.failures):
+        # every failing leaf must be a value mismatch that the floor measured (no missing keys, no integers)
+        if not leaves or len(leaves) != len(report.failures) or any(f.status != "mismatch" for f in report.failures):
             return None
         return "floor" if all(0 < floor and twin <= FLOOR_FACTOR * floor for twin, floor in leaves.values()) else None
 
@@ -121,10 +122,6 @@ class PortCheck:
 
 def _num(value: float) -> str:
     return "-" if value != value else f"{value:.2e}"
-
-
-def _to_jax(tree):
-    return jax.tree.map(lambda t: jnp.asarray(t.detach().cpu().numpy()), tree, is_leaf=torch.is_tensor)
 
 
 def _default_losses(seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
@@ -217,7 +214,9 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
       seed: seeds the random input and both frameworks' global generators
         (dropout masks) before the train-mode forward.
       loss_fn: ``(torch_loss, jax_loss)``, each ``outputs -> scalar``; the
-        default is ``sum(w * output)`` with seeded random ``w`` (the torch loss runs first).
+        default is ``sum(w * output)`` with seeded random ``w``. The torch loss
+        runs before the JAX one; in a float32 check it also runs, first, on
+        torch's float64 copy of the model (the floor).
       tolerance: ``(rtol, atol)``; default :data:`TOLERANCES` of the dtype.
 
     Returns:
@@ -238,8 +237,10 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
     x = jnp.asarray(example_input.detach().cpu().numpy())
 
     # float32: torch's own run in float64 on the same input first (torch_loss then keeps the float32 weights).
-    reference = (_torch_phases(copy.deepcopy(torch_module).double(), example_input.double(), torch_loss, seed)
-                 if dtype == torch.float32 else None)
+    reference = None
+    if dtype == torch.float32:
+        x64 = example_input.double() if example_input.is_floating_point() else example_input  # token ids stay
+        reference = _torch_phases(copy.deepcopy(torch_module).double(), x64, torch_loss, seed)
     expected = _torch_phases(torch_module, example_input, torch_loss, seed)
 
     eval_graph, eval_state = nnx.split(nnx.clone(twin).eval())

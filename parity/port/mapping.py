@@ -218,8 +218,11 @@ def _arange(r, start, end=None, step=1, *, dtype=None, device=None, layout=None,
             requires_grad=False):
     """``torch.arange``; ``device`` is dropped (arrays live on jax's device)."""
     args = [start] if end is None else [start, end] + ([step] if step != 1 else [])
-    if dtype is None and any(isinstance(a, float) for a in args):
+    floats = any(isinstance(a, float) for a in args)
+    if dtype is None and floats:
         dtype = torch.get_default_dtype()  # torch's float arange is the default dtype, jnp's the widest float
+    elif dtype is torch.int64 and not floats:
+        dtype = None  # jnp's default integer: int64 with x64, int32 (same values, no warning) without
     return f"jnp.arange({', '.join(r(a) for a in args)}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
 
 
