@@ -276,7 +276,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
 
     import jax_impl.nn as jnn
     from jax_impl.data import datasets as jdata
-    from parity.models import build_models, input_shape
+    from parity.models import build_models, example_input
     from torch_ref import data as tdata
     from torch_ref.lr_scheduler import build_scheduler
 
@@ -284,8 +284,8 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     if models:
         torch_model, jax_model = _user_models(*models, cfg.model.init)
     else:
-        sample_shape = input_shape(cfg) if cfg.model.ported else None  # jax: auto checks the port on it
-        torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed, sample_shape=sample_shape)
+        example = example_input(cfg) if cfg.model.ported else None  # jax: auto checks the port on it
+        torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed, example_input=example)
     note = init_note(cfg, torch_model, jax_model)  # before the casts: the init's own dtype
     torch_model = torch_model.to(t_dtype)
     cast_jax_model(jax_model, np_dtype)

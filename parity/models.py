@@ -24,7 +24,8 @@ from flax import nnx
 from jax_impl.nn import channels_last_eval
 from parity.convert.modules import module_state
 
-__all__ = ["LayerRecord", "ModelComparison", "build_models", "check_same_keys", "compare_models", "import_object", "input_shape", "summary"]
+__all__ = ["LayerRecord", "ModelComparison", "build_models", "check_same_keys", "compare_models", "example_input",
+           "import_object", "input_shape", "summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,22 +264,22 @@ def summary(torch_model: torch.nn.Module, jax_model: nnx.Module, input_shape, *,
 
 
 def build_models(model_config, *, seed: int = 0,
-                 sample_shape: tuple[int, ...] | None = None) -> tuple[torch.nn.Module, nnx.Module]:
+                 example_input: torch.Tensor | None = None) -> tuple[torch.nn.Module, nnx.Module]:
     """Both models of a config's ``model`` section, the JAX one holding exactly the torch one's weights.
 
     ``torch_ref.models.<name>(**kwargs)`` is built after ``torch.manual_seed(seed)``;
     ``jax_impl.models.<name>(**kwargs)`` is then loaded with its state dict, so
     both sides start identical (the init-from-torch contract of every parity run).
-    With ``jax: auto`` the JAX model is ``parity.port`` of the torch model; a
-    ``sample_shape`` (one sample, batch excluded: :func:`input_shape`) lets the
-    port check the twin's output shapes against torch's on such a sample.
+    With ``jax: auto`` the JAX model is ``parity.port`` of the torch model; an
+    ``example_input`` (a batch of one sample: :func:`example_input`) lets the
+    port check the twin's output shapes against torch's on it.
     """
     import jax_impl.models as jm
     import torch_ref.models as tm
     from parity.convert.modules import load_torch_state_dict
 
     if getattr(model_config, "by_import_path", False):
-        return _build_user_models(model_config, seed, sample_shape)
+        return _build_user_models(model_config, seed, example_input)
     kwargs = model_config.resolved_kwargs()
     torch.manual_seed(seed)
     torch_model = getattr(tm, model_config.name)(**kwargs)
@@ -334,7 +335,7 @@ def import_object(path: str, key: str) -> Any:
     return obj
 
 
-def _build_user_models(model_config, seed: int, sample_shape=None) -> tuple[torch.nn.Module, nnx.Module]:
+def _build_user_models(model_config, seed: int, example=None) -> tuple[torch.nn.Module, nnx.Module]:
     """The user's torch model (built after ``torch.manual_seed(seed)``) and JAX twin holding its weights."""
     from parity.config import ConfigError
     from parity.convert.modules import load_torch_state_dict
@@ -348,7 +349,7 @@ def _build_user_models(model_config, seed: int, sample_shape=None) -> tuple[torc
         raise ConfigError(f"{model_config.torch}(**kwargs) returned a {type(torch_model).__name__}, not a "
                           "torch.nn.Module", path="model.torch")
     if model_config.ported:
-        return torch_model, _ported_twin(torch_model, sample_shape)
+        return torch_model, _ported_twin(torch_model, example)
     seeded = model_config.init == "seed"
     jax_model = _own_init(lambda: jax_factory(**kwargs), seed) if seeded else jax_factory(**kwargs)
     if not isinstance(jax_model, nnx.Module):
@@ -364,25 +365,21 @@ def _build_user_models(model_config, seed: int, sample_shape=None) -> tuple[torc
     return torch_model, jax_model
 
 
-def _ported_twin(torch_model: torch.nn.Module, sample_shape) -> nnx.Module:
+def _ported_twin(torch_model: torch.nn.Module, example) -> nnx.Module:
     """``parity.port`` of the torch model as built (the runner casts both models to ``train.dtype`` afterwards)."""
     from parity import port
     from parity.config import ConfigError
 
-    example = None
-    if sample_shape is not None:
-        dtype = next((p.dtype for p in torch_model.parameters() if p.is_floating_point()), torch.float32)
-        example = torch.zeros((1, *sample_shape), dtype=dtype)
     try:
         return port.port(torch_model, example)
     except port.PortError as error:
         raise ConfigError(f"jax: auto cannot port the torch model: {error}", path="model.jax") from None
     except Exception as error:  # noqa: BLE001 - the torch forward on the sample is the user's code
-        if sample_shape is None:
+        if example is None:
             raise
         first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"the torch model fails on a sample of shape {tuple(sample_shape)} of the data: {first}",
-                          path="model") from None
+        raise ConfigError(f"the torch model fails on a sample of shape {tuple(example.shape[1:])} of the data: "
+                          f"{first}", path="model") from None
 
 
 def _own_init(build, seed: int) -> nnx.Module:
@@ -404,6 +401,23 @@ def check_same_keys(torch_model: torch.nn.Module, jax_model: nnx.Module) -> None
         shapes = sorted(k for k in set(ours) & set(theirs) if ours[k] != theirs[k])
         raise RuntimeError(f"missing keys {missing[:5]}, unexpected keys {unexpected[:5]}, "
                            f"shape mismatches {shapes[:5]}")
+
+
+def example_input(config) -> torch.Tensor | None:
+    """A batch of one sample as the model sees it, for ``jax: auto``'s check of the port; ``None`` when the
+    data has transforms (the model sees their output, which the runner's own probe checks).
+
+    A user data set gives its first training sample (token ids stay integers, floats become float32, the
+    dtype the models are built in); a built-in one zeros of :func:`input_shape`.
+    """
+    if config.data.transforms(True):
+        return None
+    dataset = config.data.dataset
+    if dataset.by_import_path:
+        x, _ = import_object(dataset.arrays, "data.dataset.arrays")(train=True, **dataset.kwargs)
+        sample = torch.as_tensor(np.asarray(x[:1]))
+        return sample.float() if sample.is_floating_point() else sample
+    return torch.zeros((1, *input_shape(config)))
 
 
 def input_shape(config) -> tuple[int, ...]:

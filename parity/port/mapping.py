@@ -226,6 +226,26 @@ def _arange(r, start, end=None, step=1, *, dtype=None, device=None, layout=None,
     return f"jnp.arange({', '.join(r(a) for a in args)}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
 
 
+def _filled(jnp_name, fill=None):
+    """``torch.zeros`` / ``ones`` / ``full``: a float fill without ``dtype`` is torch's default dtype."""
+    def render(r, *args, dtype=None, device=None, layout=None, pin_memory=False, requires_grad=False):
+        size, value = (args[:-1], args[-1]) if fill is None else (args, fill)
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
+        if dtype is None and isinstance(value, float):
+            dtype = torch.get_default_dtype()
+        value_text = f", {r(value)}" if fill is None else ""
+        return f"jnp.{jnp_name}({r(tuple(size))}{value_text}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
+
+    return render
+
+
+def _triangle(jnp_name):
+    def render(r, x, diagonal=0):
+        return f"jnp.{jnp_name}({r(x)}, k={r(diagonal)})"
+
+    return render
+
+
 def _torch_dropout(r, x, p, train):
     # torch.dropout(input, p, train) is F.dropout's kernel, with `train` for `training`.
     return f"F.dropout({r(x)}, {r(p)}, {r.training(train)})"
@@ -254,6 +274,8 @@ _FUNCTIONS = {getattr(torch, name): _METHODS[name] for name in _TORCH_AS_METHOD}
 _FUNCTIONS.update({
     torch.cat: _cat, torch.concat: _cat, torch.concatenate: _cat, torch.stack: _stack, torch.mm: _matmul,
     torch.bmm: _matmul, torch.dropout: _torch_dropout, torch.arange: _arange,
+    torch.zeros: _filled("zeros", 0.0), torch.ones: _filled("ones", 1.0), torch.full: _filled("full"),
+    torch.triu: _triangle("triu"), torch.tril: _triangle("tril"),
     torch.relu_: _functional("relu"), torch.max_pool1d: _functional("max_pool1d"),
     torch.max_pool2d: _functional("max_pool2d"), torch.max_pool3d: _functional("max_pool3d"),
     torch.avg_pool1d: _functional("avg_pool1d"), torch.adaptive_avg_pool1d: _functional("adaptive_avg_pool1d"),
