@@ -252,7 +252,8 @@ def _torch_dropout(r, x, p, train):
 
 
 _METHODS = {
-    "view": _reshape, "reshape": _reshape, "expand": _expand, "flatten": _flatten, "permute": _permute, "transpose": _transpose,
+    "view": _reshape, "reshape": _reshape, "expand": _expand, "flatten": _flatten, "permute": _permute,
+    "transpose": _transpose,
     "swapaxes": _transpose, "t": _t, "contiguous": _same_tensor, "size": _size, "dim": _dim, "numel": _numel,
     "chunk": _chunk, "split": _split, "mean": _reduction("mean"), "sum": _reduction("sum"),
     "amax": _reduction("max"), "amin": _reduction("min"), "squeeze": _squeeze, "unsqueeze": _unsqueeze,

@@ -77,4 +77,5 @@ def torch_squeeze(input, dim=None):
     return jnp.squeeze(input, tuple(d % input.ndim for d in dims if input.shape[d] == 1))
 
 
-HELPERS = {fn.__name__: fn for fn in (torch_chunk, torch_expand, torch_flatten, torch_reshape, torch_split, torch_squeeze)}
+HELPERS = {fn.__name__: fn for fn in (torch_chunk, torch_expand, torch_flatten, torch_reshape, torch_split,
+                                      torch_squeeze)}

@@ -212,8 +212,8 @@ class CausalSelfAttention(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """Token and position embeddings (torch.arange on the input's device), a functional causal-attention block, a TransformerEncoderLayer
-    (pre-norm, GELU, dropout, causal mask buffer), LayerNorm, Linear head over the vocabulary."""
+    """Token and position embeddings (torch.arange on the input's device), a functional causal-attention
+    block, a TransformerEncoderLayer (pre-norm, GELU, dropout, causal mask buffer), LayerNorm, Linear head."""
 
     def __init__(self, vocab: int = 11, dim: int = 8, heads: int = 2, length: int = 5) -> None:
         super().__init__()

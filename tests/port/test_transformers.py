@@ -43,7 +43,8 @@ def test_float32_gpt_on_token_ids(f32):
 @pytest.mark.parametrize(("layer", "source"), [
     (tnn.MultiheadAttention(8, 2, bias=False, kdim=6, batch_first=True),
      "nn.MultiheadAttention(8, 2, bias=False, kdim=6, batch_first=True)"),
-    (tnn.MultiheadAttention(8, 2, dropout=0.1, add_bias_kv=True), "nn.MultiheadAttention(8, 2, dropout=0.1, add_bias_kv=True)"),
+    (tnn.MultiheadAttention(8, 2, dropout=0.1, add_bias_kv=True),
+     "nn.MultiheadAttention(8, 2, dropout=0.1, add_bias_kv=True)"),
     (tnn.TransformerEncoderLayer(8, 2, 16, 0.0, activation=tnn.GELU("tanh"), layer_norm_eps=1e-6, bias=False),
      "nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, activation=nn.GELU(approximate='tanh'), "
      "layer_norm_eps=1e-06, bias=False)"),
