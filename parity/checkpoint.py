@@ -32,7 +32,8 @@ from parity.build import lr_at
 from parity.config import ConfigError
 from parity.files import atomic_write
 
-__all__ = ["Checkpoint", "CheckpointError", "config_changes", "read_checkpoint", "restore", "write_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "check_resumable", "config_changes", "read_checkpoint", "restore",
+           "write_checkpoint", "write_state"]
 
 FORMAT = "parity-checkpoint"
 VERSION = 2
@@ -70,9 +71,18 @@ def write_checkpoint(path: str | os.PathLike, exp: Any, epoch: int, step: int, h
     ``history`` is the report so far (``RunReport.to_dict()``), so a resumed
     run reports every step from step 0.
     """
-    body = _serialize({"format": FORMAT, "version": VERSION, "config": exp.config.to_dict(), "epoch": epoch,
-                       "step": step, "only": history.get("only"), "torch": _torch_state(exp),
-                       "jax": _jax_state(exp), "history": history})
+    write_state(path, exp.config.to_dict(), epoch, step, history, _torch_state(exp), _jax_state(exp))
+
+
+def write_state(path: str | os.PathLike, config: dict[str, Any], epoch: int, step: int, history: dict[str, Any],
+                torch_state: dict[str, Any], jax_state: dict[str, Any]) -> None:
+    """The checkpoint file: header, SHA-256 digest, then the body (tensors, lists and dicts only), atomically.
+
+    :func:`write_checkpoint` fills it from a single-device run; the
+    data-parallel runner from rank 0's and replica 0's states.
+    """
+    body = _serialize({"format": FORMAT, "version": VERSION, "config": config, "epoch": epoch, "step": step,
+                       "only": history.get("only"), "torch": torch_state, "jax": jax_state, "history": history})
     atomic_write(path, MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
 
 
@@ -184,6 +194,26 @@ def _show(value: Any) -> str:
     return "(absent)" if value.__class__ is object else repr(value)
 
 
+def check_resumable(ckpt: Checkpoint, config: dict[str, Any], only: str | None, *, allow_config_change: bool = False,
+                    resume_from: str | None = None) -> list[tuple[str, Any, Any]]:
+    """The config changes between ``ckpt`` and this run's resolved ``config``; raises when they or ``only``
+    forbid resuming.
+
+    Raises:
+      CheckpointError: a key that changes the trajectory changed (named) without
+        ``allow_config_change``, or the checkpoint trained another framework alone.
+    """
+    changes = config_changes(ckpt.config, config)
+    if changes and not allow_config_change:
+        listed = "; ".join(f"{k}: {_show(a)} in the checkpoint, {_show(b)} now" for k, a, b in changes[:5])
+        raise CheckpointError(f"{ckpt.path} was written with another config ({listed}); resume with the "
+                              "checkpoint's values, or pass --allow-config-change to continue with the new ones")
+    if ckpt.only is not None and only != ckpt.only and resume_from != ckpt.only:
+        raise CheckpointError(f"{ckpt.path} trained {ckpt.only} only: resume with --only {ckpt.only}, or with "
+                              f"--resume-from {ckpt.only} to start both frameworks from its state")
+    return changes
+
+
 def restore(exp: Any, ckpt: Checkpoint, *, resume_from: str | None = None,
             allow_config_change: bool = False, only: str | None = None) -> Any:
     """Load ``ckpt`` into ``exp`` (both sides) and return the JAX optimizer state.
@@ -203,14 +233,8 @@ def restore(exp: Any, ckpt: Checkpoint, *, resume_from: str | None = None,
       CheckpointError: the config changed (naming the keys) without
         ``allow_config_change``, or the state does not fit this run's model.
     """
-    changes = config_changes(ckpt.config, exp.config.to_dict())
-    if changes and not allow_config_change:
-        listed = "; ".join(f"{k}: {_show(a)} in the checkpoint, {_show(b)} now" for k, a, b in changes[:5])
-        raise CheckpointError(f"{ckpt.path} was written with another config ({listed}); resume with the "
-                              "checkpoint's values, or pass --allow-config-change to continue with the new ones")
-    if ckpt.only is not None and only != ckpt.only and resume_from != ckpt.only:
-        raise CheckpointError(f"{ckpt.path} trained {ckpt.only} only: resume with --only {ckpt.only}, or with "
-                              f"--resume-from {ckpt.only} to start both frameworks from its state")
+    changes = check_resumable(ckpt, exp.config.to_dict(), only, allow_config_change=allow_config_change,
+                              resume_from=resume_from)
     if any(key.startswith("scheduler") for key, _, _ in changes):
         raise CheckpointError(f"{ckpt.path}: changing the scheduler on resume is not supported "
                               f"({', '.join(k for k, _, _ in changes if k.startswith('scheduler'))})")

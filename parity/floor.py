@@ -76,11 +76,15 @@ class FloorReference:
         if self.scheduler is not None and self.interval == "epoch":
             self.scheduler.step()
 
-    def distances(self, torch_model: torch.nn.Module) -> dict[str, float]:
-        """Per parameter, ``max |f32 - f64| / max |f64|``: torch's float32 parameters against this float64 run's."""
-        ref = dict(self.model.named_parameters())
-        return {k: scaled_error(v.detach().double().numpy(), ref[k].detach().numpy())
-                for k, v in torch_model.named_parameters()}
+    def distances(self, torch_model: torch.nn.Module, *, buffers: bool = False) -> dict[str, float]:
+        """Per parameter (and with ``buffers`` per BatchNorm running statistic), ``max |f32 - f64| / max |f64|``:
+        torch's float32 run against this float64 run."""
+        ref = self.model.state_dict()
+        names = [k for k, _ in torch_model.named_parameters()]
+        if buffers:
+            names += [k for k in ref if "running_" in k]
+        ours = torch_model.state_dict()
+        return {k: scaled_error(ours[k].detach().double().numpy(), ref[k].detach().numpy()) for k in names}
 
     def distance(self, torch_model: torch.nn.Module) -> tuple[float, str]:
         """``(max rel, worst parameter)`` of :meth:`distances`."""

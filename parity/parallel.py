@@ -28,6 +28,7 @@ batches are smaller, equally on every rank.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -67,6 +68,10 @@ class DDPSpec:
     # process layout for a given world_size.
     ordered_mean: bool = True
     snapshot_steps: tuple[int, ...] = ()
+    # Where training starts: a whole epoch's state from a checkpoint (resume_state of a previous run's side:
+    # {"step", "epoch", "model", "optimizer", "scheduler"} for torch, {"step", "epoch", "model", "opt_leaves"}
+    # for JAX), one per side and dtype ("torch", "floor", "jax"); None: from `initial`.
+    resume: dict[str, Any] | None = None
     phases: Any = None  # parity.progress.Phases: a line on stderr at each snapshot; None: silent
 
     def steps_per_epoch(self) -> int:
@@ -87,7 +92,13 @@ class _Recorder:
         self.spec, self.side, self.active = spec, side, active
         self.snapshots: dict[int, dict[str, np.ndarray]] = {}
         self.seconds: dict[int, float] = {}
+        self.resume_state: dict[str, Any] | None = None  # the last whole epoch's, for a checkpoint
         self.start = time.perf_counter()
+
+    def epoch_end(self, done: int, epoch: int, state: Any) -> None:
+        """Call after a whole epoch (its scheduler step included): keeps ``state()`` as the resume state."""
+        if self.active and done % self.spec.steps_per_epoch() == 0:
+            self.resume_state = {"step": done, "epoch": epoch + 1, **state()}
 
     def after(self, done: int, state: Any, loss: float) -> None:
         """Call after each optimizer step; ``done`` steps so far, ``state()`` the state_dict as numpy."""
@@ -100,7 +111,13 @@ class _Recorder:
         self.start = time.perf_counter()
 
     def result(self, losses: list[float], **extra: Any) -> dict[str, Any]:
-        return {"losses": losses, "snapshots": self.snapshots, "seconds": self.seconds, **extra}
+        return {"losses": losses, "snapshots": self.snapshots, "seconds": self.seconds,
+                "resume_state": self.resume_state, **extra}
+
+
+def _start(spec: DDPSpec, side: str) -> dict[str, Any] | None:
+    """The resume state this side starts from, if any."""
+    return None if spec.resume is None else spec.resume.get(side)
 
 
 def _build(spec: DDPSpec) -> Any:
@@ -150,9 +167,25 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     loss_fn = _loss(spec, torch.nn)
     device = next(ddp.parameters()).device
     losses, lrs, step, epoch = [], [], 0, 0
+    start = _start(spec, "floor" if spec.dtype == "float64" and spec.resume and "floor" in spec.resume else "torch")
+    if start is not None:
+        # Copies: the spec's tensors travel to every rank in one shared-memory storage (torch's pickling for
+        # processes), and torch's optimizer keeps loaded state tensors as they are, updating them in place.
+        start = copy.deepcopy(start)
+        ddp.module.load_state_dict(start["model"])
+        optimizer.load_state_dict(start["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(start["scheduler"])
+        step, epoch = start["step"], start["epoch"]
     side = f"torch DDP ({spec.dtype})" if spec.dtype == "float64" else "torch DDP"
     recorder = _Recorder(spec, side, active=rank == 0)
     state = lambda: {k: v.detach().cpu().numpy().copy() for k, v in ddp.module.state_dict().items()}  # noqa: E731
+
+    def resume_state() -> dict[str, Any]:
+        return {"model": {k: v.detach().cpu().clone() for k, v in ddp.module.state_dict().items()},
+                "optimizer": copy.deepcopy(optimizer.state_dict()),
+                "scheduler": None if scheduler is None else copy.deepcopy(scheduler.state_dict())}
+
     ddp.train()
     while step < spec.steps:
         sampler.set_epoch(epoch)
@@ -173,6 +206,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
                 scheduler.step()
         if scheduler is not None and spec.scheduler.interval == "epoch":
             scheduler.step()
+        recorder.epoch_end(step, epoch, resume_state)
         epoch += 1
     if rank != 0:
         return None
@@ -240,14 +274,16 @@ def _torch_scheduler(spec: DDPSpec, optimizer: Any) -> Any:
 
 
 def _rank_batches(spec: DDPSpec, world_size: int, ranks: range):
-    """Per step: a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's order)."""
+    """Per step: a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's order),
+    from the JAX side's resume point if there is one."""
     from jax_impl.data import DataLoader, DistributedSampler, TensorDataset
 
     dataset = TensorDataset(spec.x, spec.y)
     samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=spec.seed)
                 for r in ranks]
     loaders = [DataLoader(dataset, batch_size=spec.local_batch, sampler=s) for s in samplers]
-    step, epoch = 0, 0
+    start = _start(spec, "jax")
+    step, epoch = (start["step"], start["epoch"]) if start is not None else (0, 0)
     while step < spec.steps:
         for s in samplers:
             s.set_epoch(epoch)
@@ -335,18 +371,27 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     if len(devices) != n and spec.mode != "vmap":
         raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())} "
                            '(DDPSpec(mode="vmap") runs the replicas on one device)')
-    model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
-    graphdef, state = parallel.init_train_state(model, tx)
+    graphdef, state, tx, done = _jax_start(spec, initial)
     loss_fn = _loss(spec, jnn)
     fdtype = np.float64 if spec.dtype == "float64" else np.float32
     losses = []
     recorder = _Recorder(spec, f"JAX {spec.mode}")
     replicated = spec.mode in ("pmap", "vmap")
 
-    def state_dict() -> dict[str, np.ndarray]:
+    def local_state() -> Any:
         local = parallel.unreplicate(state) if replicated else state
-        return _state_dict(parallel.merge_model(graphdef, jax.tree.map(lambda v: jnp.asarray(jax.device_get(v)),
-                                                                       local)))
+        return jax.tree.map(lambda v: jnp.asarray(jax.device_get(v)), local)
+
+    def state_dict() -> dict[str, np.ndarray]:
+        return _state_dict(parallel.merge_model(graphdef, local_state()))
+
+    def resume_state() -> dict[str, Any]:
+        return _jax_resume_state(graphdef, local_state())
+
+    def after(loss: float) -> None:
+        losses.append(loss)
+        recorder.after(done + len(losses), state_dict, loss)
+        recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
 
     if replicated:
         if spec.mode == "pmap":
@@ -359,8 +404,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
             x = np.stack([np.asarray(b[0], fdtype) for b in batches])
             y = np.stack([np.asarray(b[1]) for b in batches])
             state, loss = step(state, x, y)
-            losses.append(float(loss[0]))
-            recorder.after(len(losses), state_dict, losses[-1])
+            after(float(loss[0]))
     else:
         mesh = Mesh(np.array(devices), (parallel.AXIS,))
         step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh, ordered_mean=spec.ordered_mean)
@@ -370,9 +414,41 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
             x = jax.device_put(np.concatenate([np.asarray(b[0], fdtype) for b in batches]), rows)
             y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
             state, loss = step(state, x, y)
-            losses.append(float(loss))
-            recorder.after(len(losses), state_dict, losses[-1])
+            after(float(loss))
     return recorder.result(losses, state=state_dict())
+
+
+def _jax_start(spec: DDPSpec, initial: dict[str, np.ndarray]) -> tuple[Any, Any, Any, int]:
+    """``(graphdef, TrainState, tx, steps done)``: the model and optimizer from ``initial``, or from the JAX
+    side's resume state (its model, and its optimizer state's leaves in the tree of ``tx.init``)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_impl import parallel
+
+    start = _start(spec, "jax")
+    weights = initial if start is None else {k: np.asarray(v) for k, v in start["model"].items()}
+    model, tx = _jax_model_and_tx(spec, weights, parallel.AXIS)
+    graphdef, state = parallel.init_train_state(model, tx)
+    if start is None:
+        return graphdef, state, tx, 0
+    leaves, tree = jax.tree.flatten(state.opt_state)
+    saved = start["opt_leaves"]
+    if len(saved) != len(leaves):
+        raise ValueError(f"the checkpoint's JAX optimizer state has {len(saved)} arrays, this optimizer {len(leaves)}")
+    opt_state = jax.tree.unflatten(tree, [jnp.asarray(np.asarray(v), dtype=leaf.dtype) for v, leaf in zip(saved, leaves)])
+    return graphdef, state._replace(opt_state=opt_state), tx, start["step"]
+
+
+def _jax_resume_state(graphdef: Any, local: Any) -> dict[str, Any]:
+    """What a checkpoint keeps of the JAX side: the state_dict and the optimizer state's leaves (as tensors)."""
+    import jax
+    import torch
+
+    from jax_impl import parallel
+
+    return {"model": {k: torch.from_numpy(v) for k, v in _state_dict(parallel.merge_model(graphdef, local)).items()},
+            "opt_leaves": [torch.from_numpy(np.array(v)) for v in jax.tree.leaves(local.opt_state)]}
 
 
 def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
@@ -384,8 +460,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     import jax_impl.nn as jnn
     from jax_impl import parallel
 
-    model, tx = _jax_model_and_tx(spec, initial, parallel.AXIS)
-    graphdef, state = parallel.init_train_state(model, tx)
+    graphdef, state, tx, done = _jax_start(spec, initial)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
     step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh,
                                        ordered_mean=spec.ordered_mean)
@@ -398,9 +473,14 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
         raise RuntimeError(f"{spec.world_size} JAX devices needed across {world_size} processes, found "
                            f"{len(jax.devices())}")
 
+    def local_state() -> Any:
+        return jax.tree.map(lambda v: np.asarray(v.addressable_data(0)), state)
+
     def state_dict() -> dict[str, np.ndarray]:
-        local = jax.tree.map(lambda v: np.asarray(v.addressable_data(0)), state)
-        return _state_dict(parallel.merge_model(graphdef, local))
+        return _state_dict(parallel.merge_model(graphdef, local_state()))
+
+    def resume_state() -> dict[str, Any]:
+        return _jax_resume_state(graphdef, local_state())
 
     local = spec.world_size // world_size  # this process's devices: DDP ranks rank * local, ..., rank * local + local - 1
     for batches in _rank_batches(spec, spec.world_size, range(rank * local, (rank + 1) * local)):
@@ -410,7 +490,8 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
         gy = jax.make_array_from_process_local_data(rows, y)
         state, loss = step(state, gx, gy)
         losses.append(float(loss))
-        recorder.after(len(losses), state_dict, losses[-1])
+        recorder.after(done + len(losses), state_dict, losses[-1])
+        recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
     if rank != 0:
         return None
     return recorder.result(losses, state=state_dict())

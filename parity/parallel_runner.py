@@ -22,10 +22,10 @@ import torch
 
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
-from parity.files import make_run_folder
+from parity.files import check_writable, make_run_folder
 from parity.floor import FLOOR_FACTOR, judge
 from parity.progress import Phases
-from parity.report import EpochRecord, RunReport, write_report
+from parity.report import EpochRecord, RunReport, report_from_dict, write_report
 
 __all__ = ["run_data_parallel"]
 
@@ -35,20 +35,34 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                       phases: Phases | None = None) -> RunReport:
     """Train ``cfg`` with torch DDP and the JAX data-parallel step (or one of them, ``only``) and compare them.
 
+    ``resume``: a checkpoint of a data-parallel run of the same config; both
+    sides (and torch's float64 twin) continue from its whole-epoch state, in
+    its run folder. Checkpoints (``train.checkpoint``) hold rank 0's and
+    replica 0's state after the last whole epoch the run completed.
+
     Raises:
-      ConfigError: options a data-parallel run does not support (``resume``,
-        user models, NCCL without CUDA) or that either side rejects, before
-        any rank starts.
+      ConfigError: options a data-parallel run does not support (user models,
+        NCCL without CUDA, resuming a SyncBatchNorm run on CPU) or that either
+        side rejects, a checkpoint that cannot be resumed, before any rank
+        starts.
     """
     from jax_impl.data import datasets as jdata
     from jax_impl.data.collate import default_collate
     from parity.parallel import DDPSpec, initial_state, validate_spec
     from parity.parallel import steps_per_epoch as ddp_steps_per_epoch
 
+    from parity.checkpoint import CheckpointError, check_resumable, read_checkpoint
+
     phases = phases or Phases()
     par = cfg.parallel
-    if resume is not None:
-        raise ConfigError("data-parallel runs (parallel.world_size > 1) do not support --resume yet", path="--resume")
+    ckpt = read_checkpoint(resume) if resume is not None else None
+    if ckpt is not None:
+        check_resumable(ckpt, cfg.to_dict(), only)
+        if "parallel" not in ckpt.torch and "parallel" not in ckpt.jax:
+            raise CheckpointError(f"{ckpt.path} is a single-device run's checkpoint; resume it without parallel:")
+        if par.sync_bn and not torch.cuda.is_available():
+            raise ConfigError("resuming a SyncBatchNorm run needs CUDA (its CPU reference trains in one process)",
+                              path="--resume")
     if cfg.model.by_import_path:
         raise ConfigError("data-parallel runs take the built-in models only", path="model")
     if par.backend == "nccl" and not torch.cuda.is_available():
@@ -68,18 +82,34 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     steps = total if max_steps is None and cfg.train.max_steps is None else min(
         max_steps if max_steps is not None else cfg.train.max_steps, total)
     ends = tuple(sorted({min((e + 1) * per_epoch, steps) for e in range(math.ceil(steps / per_epoch))}))
+    start = ckpt.step if ckpt is not None else 0
+    if start >= steps:
+        raise CheckpointError(f"nothing to do: {ckpt.path} is at step {start} (epoch {ckpt.epoch}) and this run "
+                              f"ends at step {steps}; raise train.epochs to train longer")
+    ends = tuple(end for end in ends if end > start)
     spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y, world_size=n,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
-                   snapshot_steps=ends, phases=phases if phases.enabled else None)
+                   snapshot_steps=ends, phases=phases if phases.enabled else None,
+                   resume=_resume_states(ckpt) if ckpt is not None else None)
     try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
         validate_spec(spec)
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
-    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=steps,
-                       init="initial weights: the torch model's, copied into every JAX replica")
-    folder = make_run_folder(runs_dir, cfg.name) if write else None
+    init = "initial weights: the torch model's, copied into every JAX replica"
+    report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=steps, init=init)
+    folder = None
+    if ckpt is not None:
+        if ckpt.history is not None:
+            report = report_from_dict({**ckpt.history, "config": cfg.to_dict(), "only": only, "total_steps": steps,
+                                       "passed": True, "message": "", "interrupted": False, "init": init})
+        if write and (ckpt.path.parent / "report.json").exists():
+            folder = ckpt.path.parent  # the run goes on in its own folder: one report from step 0
+            check_writable(folder)
+        phases(f"resuming from {ckpt.path} at step {ckpt.step} (epoch {ckpt.epoch})")
+    if write and folder is None:
+        folder = make_run_folder(runs_dir, cfg.name)
     report.run_dir = None if folder is None else str(folder)
     try:
         runs = _train(spec, cfg, only, phases)
@@ -95,7 +125,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
             error.parity_run_dir = str(folder)
         raise
     phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
-    report.steps = _steps(runs, per_epoch)
+    report.steps = report.steps + _steps(runs, per_epoch, start)
     held_out = arrays(False) if cfg.data.val_fraction > 0 else None
     evaluate = _Evaluator(cfg, initial_state(spec), held_out)
     for end in ends:
@@ -115,8 +145,41 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                               f"{last.param_max_rel:.3g}); first step whose losses differ: "
                               f"{report.first_divergent_step}")
     if folder is not None:
+        _checkpoint(cfg, runs, report, folder / "checkpoint.pt", steps)
         write_report(report, folder)
     return report
+
+
+def _resume_states(ckpt: Any) -> dict[str, Any]:
+    """The spec's ``resume``: each side's state at the checkpoint's whole epoch."""
+    states = {}
+    for side, source in (("torch", ckpt.torch), ("floor", ckpt.torch.get("floor")), ("jax", ckpt.jax)):
+        if source is not None and "model" in source:
+            states[side] = {"step": ckpt.step, "epoch": ckpt.epoch,
+                            **{k: v for k, v in source.items() if k not in ("floor", "parallel")}}
+    return states
+
+
+def _checkpoint(cfg: Any, runs: dict[str, Any], report: RunReport, path: Path, steps: int) -> None:
+    """``checkpoint.pt`` after the last whole epoch each side completed (``train.checkpoint``)."""
+    from parity.checkpoint import write_state
+
+    mode = cfg.train.checkpoint
+    states = {side: run.get("resume_state") for side, run in runs.items()}
+    first = next((s for s in states.values() if s is not None), None)
+    if mode == "none" or first is None or any(s is None or s["step"] != first["step"] for s in states.values()):
+        return
+    if mode == "last" and first["epoch"] != cfg.train.epochs:
+        return
+    torch_state = {k: v for k, v in (states.get("torch") or {}).items() if k not in ("step", "epoch")}
+    if states.get("floor") is not None:
+        torch_state["floor"] = {k: v for k, v in states["floor"].items() if k not in ("step", "epoch")}
+    jax_state = {k: v for k, v in (states.get("jax") or {}).items() if k not in ("step", "epoch")}
+    torch_state["parallel"] = jax_state["parallel"] = True
+    history = report.to_dict()
+    history["steps"] = [s for s in history["steps"] if s["step"] < first["step"]]
+    history["epochs"] = [e for e in history["epochs"] if e["steps"] <= first["step"]]
+    write_state(path, cfg.to_dict(), first["epoch"], first["step"], history, torch_state, jax_state)
 
 
 def _where(spec: Any) -> str:
@@ -148,12 +211,12 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases) -> dict[str, A
     return runs
 
 
-def _steps(runs: dict[str, Any], per_epoch: int) -> list[dict[str, float]]:
-    """Per step: each side's loss (the mean over ranks), torch's float64 twin's, and group 0's lr."""
+def _steps(runs: dict[str, Any], per_epoch: int, start: int = 0) -> list[dict[str, float]]:
+    """Per step from ``start``: each side's loss (the mean over ranks), torch's float64 twin's, group 0's lr."""
     first = runs.get("torch") or runs["jax"]
     records = []
     for i in range(len(first["losses"])):
-        record: dict[str, Any] = {"step": i, "epoch": i // per_epoch}
+        record: dict[str, Any] = {"step": start + i, "epoch": (start + i) // per_epoch}
         if "torch" in runs:
             record["lr"] = runs["torch"]["lrs"][i]
         for key, name in (("torch", "torch_loss"), ("jax", "jax_loss"), ("floor", "torch_f64_loss")):
@@ -198,10 +261,11 @@ def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int
 
     tol = cfg.train.tolerance
     torch_run, jax_run_, floor_run = runs.get("torch"), runs.get("jax"), runs.get("floor")
+    start = spec.resume["torch" if torch_run else "jax"]["step"] if spec.resume else 0
     rec = EpochRecord(epoch=math.ceil(end / per_epoch) - 1, steps=end,
                       torch_seconds=torch_run["seconds"][end] if torch_run else math.nan,
                       jax_seconds=jax_run_["seconds"][end] if jax_run_ else math.nan,
-                      lr=torch_run["lrs"][end - 1] if torch_run else math.nan)
+                      lr=torch_run["lrs"][end - 1 - start] if torch_run else math.nan)
     theirs = torch_run["snapshots"][end] if torch_run else None
     ours = jax_run_["snapshots"][end] if jax_run_ else None
     if theirs is not None and ours is not None:
@@ -217,10 +281,13 @@ def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int
             floor = {k: scaled_error(theirs[k], reference[k]) for k in names}
             rec.floor_worst = max(floor, key=floor.get)
             rec.floor_max_rel = floor[rec.floor_worst]
-        rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in names}
         buffers = [k for k in theirs if "running_" in k]
         if buffers:
-            rec.buffer_max_rel = max(scaled_error(ours[k], theirs[k]) for k in buffers)
+            scaled.update({k: scaled_error(ours[k], theirs[k]) for k in buffers})
+            rec.buffer_max_rel = max(scaled[k] for k in buffers)
+            if floor_run is not None:
+                floor.update({k: scaled_error(theirs[k], floor_run["snapshots"][end][k]) for k in buffers})
+        rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in scaled}
     if evaluate.held_out is not None and len(evaluate.held_out[1]):
         labels = evaluate.held_out[1]
         t_pred = evaluate.torch(theirs) if theirs is not None else None

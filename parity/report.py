@@ -38,7 +38,8 @@ class EpochRecord:
     lr: float = math.nan
     floor_max_rel: float = math.nan
     floor_worst: str | None = None
-    # Per parameter: [JAX-vs-torch max rel, torch f32-vs-f64 max rel (NaN without the floor run)].
+    # Per parameter and BatchNorm running statistic: [JAX-vs-torch max rel, torch f32-vs-f64 max rel (NaN
+    # without the floor run)]. The verdict reads the parameters only.
     leaves: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 

@@ -333,10 +333,13 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
             rec.floor_worst = max(floor, key=floor.get)
             rec.floor_max_rel = floor[rec.floor_worst]
         rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in scaled}
-        buffers = {k: v.numpy() for k, v in exp.torch_model.state_dict().items() if "running" in k}
+        buffers = {k: v.numpy() for k, v in exp.torch_model.state_dict().items() if "running_" in k}
         if buffers:
             ours_b = _jax_flat(exp.jax_model, nnx.BatchStat)
-            rec.buffer_max_rel = max(scaled_error(ours_b[k], v) for k, v in buffers.items())
+            scaled_b = {k: scaled_error(ours_b[k], v) for k, v in buffers.items()}
+            rec.buffer_max_rel = max(scaled_b.values())
+            floor_b = exp.floor.distances(exp.torch_model, buffers=True) if exp.floor is not None else {}
+            rec.leaves.update({k: [scaled_b[k], floor_b.get(k, math.nan)] for k in scaled_b})
     if exp.eval_loaders is not None:
         rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(exp, only)
     return rec
