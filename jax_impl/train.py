@@ -16,7 +16,9 @@ becomes ::
         state, loss = step(state, x, y)
     model = merge_model(graphdef, state)
 
-Two habits of torch recipes are options of the step:
+Three habits of torch recipes are options of the step:
+``autocast=jnp.bfloat16`` runs the forward and the loss under
+``torch.autocast("cpu", dtype=torch.bfloat16)`` (:mod:`jax_impl.amp`),
 ``clip_grad_norm=max_norm`` is ``torch.nn.utils.clip_grad_norm_(model.parameters(),
 max_norm)`` between ``backward()`` and ``step()``, and
 :func:`accumulating_train_step` is gradient accumulation over ``k``
@@ -41,6 +43,7 @@ from typing import Any, NamedTuple
 import jax
 from flax import nnx
 
+from jax_impl import amp
 from jax_impl.nn.utils import clip_grad_norm_
 
 __all__ = ["TrainState", "accumulating_train_step", "eval_step", "init_train_state", "loss_and_grads",
@@ -67,23 +70,30 @@ def merge_model(graphdef: Any, state: TrainState) -> nnx.Module:
 
 
 def loss_and_grads(graphdef: Any, loss_fn: Callable[[Any, Any], Any], state: TrainState, x: Any,
-                   y: Any, divisor: int = 1) -> tuple[Any, Any, Any]:
+                   y: Any, divisor: int = 1, autocast: Any = None) -> tuple[Any, Any, Any]:
     """``(loss, grads, new buffers)`` of one forward and backward pass in train mode (traceable).
 
     ``divisor`` ``k`` differentiates ``loss / k``, as torch's ``(loss / k).backward()``
     of a micro-batch; the returned loss is the micro-batch's own, undivided.
+    ``autocast`` (a dtype) runs the forward and the loss inside :func:`jax_impl.amp.autocast`.
     """
 
     def loss_of(params):
         # Fresh variables for the buffers: BatchNorm updates them inside this (grad) trace.
         model = nnx.merge(graphdef, params, jax.tree.map(lambda v: v, state.buffers))
         model.train()
-        loss = loss_fn(model(x), y)
+        with _autocast(autocast):
+            loss = loss_fn(model(x), y)
         scaled = loss if divisor == 1 else loss / divisor
         return scaled, (loss, nnx.state(model, nnx.Not(nnx.Param)))
 
     (_, (loss, buffers)), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
     return loss, grads, buffers
+
+
+def _autocast(dtype: Any) -> Any:
+    """``jax_impl.amp.autocast(dtype)``, or no autocast for ``None``."""
+    return amp.autocast(dtype) if dtype is not None else amp.autocast(enabled=False)
 
 
 def _optimizer_step(tx: Any, grads: Any, state: TrainState, buffers: Any, clip_grad_norm: float | None,
@@ -96,8 +106,8 @@ def _optimizer_step(tx: Any, grads: Any, state: TrainState, buffers: Any, clip_g
 
 
 def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *, donate: bool = True,
-               clip_grad_norm: float | None = None,
-               norm_type: float = 2.0) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+               clip_grad_norm: float | None = None, norm_type: float = 2.0,
+               autocast: Any = None) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The jitted step ``(state, x, y) -> (state, loss)``: forward, backward and torch's optimizer step.
 
     Args:
@@ -112,21 +122,25 @@ def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *, do
         norm_type)`` applied between backward and step (every gradient
         times ``min(max_norm / (total_norm + 1e-6), 1)``); ``None`` clips nothing.
       norm_type: the clip's ``p`` (``inf`` for the max norm).
+      autocast: ``jnp.bfloat16`` runs the forward and the loss as under
+        ``torch.autocast("cpu", dtype=torch.bfloat16)`` (:mod:`jax_impl.amp`;
+        parameters, gradients and the update stay float32); ``None`` runs
+        without autocast.
 
     Returns:
       The step function; its ``loss`` is the loss of the batch before the update.
     """
 
     def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
-        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, autocast=autocast)
         return _optimizer_step(tx, grads, state, buffers, clip_grad_norm, norm_type), loss
 
     return jax.jit(step, donate_argnums=(0,) if donate else ())
 
 
 def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, accumulate: int, *,
-                            donate: bool = True, clip_grad_norm: float | None = None, norm_type: float = 2.0
-                            ) -> Callable[[TrainState, Any], tuple[TrainState, list[Any]]]:
+                            donate: bool = True, clip_grad_norm: float | None = None, norm_type: float = 2.0,
+                            autocast: Any = None) -> Callable[[TrainState, Any], tuple[TrainState, list[Any]]]:
     """One optimizer step over up to ``accumulate`` micro-batches, as torch's gradient-accumulation recipe::
 
         optimizer.zero_grad()
@@ -144,6 +158,7 @@ def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], t
         ``k``, as the recipe's ``loss / k`` does.
       donate: as :func:`train_step`.
       clip_grad_norm, norm_type: as :func:`train_step`, on the accumulated gradients.
+      autocast: as :func:`train_step`.
 
     Returns:
       ``step(state, micro_batches) -> (state, losses)``: ``micro_batches`` a
@@ -155,11 +170,11 @@ def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], t
         raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
 
     def first(state: TrainState, x: Any, y: Any) -> tuple[Any, Any, Any]:
-        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, accumulate)
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, accumulate, autocast)
         return buffers, grads, loss
 
     def add(state: TrainState, acc: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
-        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, accumulate)
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, accumulate, autocast)
         # torch's AccumulateGrad: `.grad += new`, the running sum first.
         return buffers, jax.tree.map(lambda a, g: a + g, acc, grads), loss
 
@@ -183,12 +198,14 @@ def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], t
     return step
 
 
-def eval_step(graphdef: Any) -> Callable[[TrainState, Any], Any]:
-    """The jitted forward ``(state, x) -> outputs`` in eval mode (BatchNorm running statistics, no dropout)."""
+def eval_step(graphdef: Any, autocast: Any = None) -> Callable[[TrainState, Any], Any]:
+    """The jitted forward ``(state, x) -> outputs`` in eval mode (BatchNorm running statistics, no dropout);
+    ``autocast`` as :func:`train_step`'s."""
 
     def forward(state: TrainState, x: Any) -> Any:
         model = merge_model(graphdef, state)
         model.eval()
-        return model(x)
+        with _autocast(autocast):
+            return model(x)
 
     return jax.jit(forward)

@@ -130,8 +130,10 @@ def torch_precision_floor(cfg: Any, steps: int) -> dict[str, Any]:
             for batches in micro_batch_groups(exp.t_train, cfg.train.accumulate):
                 if step >= steps:
                     break
+                # train.autocast applies to the float32 run only: the float64 one is the exact trajectory.
+                autocast = getattr(torch, cfg.train.autocast) if cfg.train.autocast and dtype == "float32" else None
                 torch_train_step(model, exp.t_loss, exp.t_opt, batches, dtype=exp.t_dtype,
-                                 **_step_options(cfg.train))
+                                 autocast=autocast, **_step_options(cfg.train))
                 step += 1
                 if sched is not None and cfg.scheduler.interval == "step":
                     sched.step()

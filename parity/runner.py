@@ -39,7 +39,7 @@ from parity.files import check_writable, make_run_folder
 from parity.floor import FLOOR_FACTOR, FloorReference, judge
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
-from parity.torch_step import micro_batch_groups, model_input, step_loss, torch_train_step
+from parity.torch_step import autocast_context, micro_batch_groups, model_input, step_loss, torch_train_step
 
 __all__ = ["DivergenceError", "run_single"]
 
@@ -137,7 +137,8 @@ def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
     from jax_impl.train import accumulating_train_step, train_step
 
     train = exp.config.train
-    clip = {"clip_grad_norm": train.clip_grad_norm, "norm_type": train.clip_grad_norm_type}
+    clip = {"clip_grad_norm": train.clip_grad_norm, "norm_type": train.clip_grad_norm_type,
+            "autocast": _jax_autocast(exp)}
     if train.accumulate > 1:
         return accumulating_train_step(graphdef, exp.j_loss, exp.tx, train.accumulate, donate=False, **clip)
     step = train_step(graphdef, exp.j_loss, exp.tx, donate=False, **clip)
@@ -151,11 +152,23 @@ def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
 
 
 @functools.cache
-def _eval_step(graphdef: Any) -> Any:
-    """One jitted eval forward per model graph, shared by every epoch's evaluation."""
+def _eval_step(graphdef: Any, autocast: Any = None) -> Any:
+    """One jitted eval forward per model graph (and autocast dtype), shared by every epoch's evaluation."""
     from jax_impl.train import eval_step
 
-    return eval_step(graphdef)
+    return eval_step(graphdef, autocast)
+
+
+def _torch_autocast(exp: Experiment) -> torch.dtype | None:
+    """``train.autocast`` as a torch dtype (``None``: no autocast)."""
+    return None if exp.config.train.autocast is None else getattr(torch, exp.config.train.autocast)
+
+
+def _jax_autocast(exp: Experiment) -> Any:
+    """``train.autocast`` as a jax dtype (``None``: no autocast)."""
+    import jax.numpy as jnp
+
+    return None if exp.config.train.autocast is None else jnp.dtype(exp.config.train.autocast)
 
 
 def _state(exp: Experiment) -> tuple[Any, Any]:
@@ -253,7 +266,7 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
             start = time.perf_counter()
             t_losses = torch_train_step(exp.torch_model, exp.t_loss, exp.t_opt, t_batches, dtype=exp.t_dtype,
                                         accumulate=train.accumulate, clip_grad_norm=train.clip_grad_norm,
-                                        norm_type=train.clip_grad_norm_type)
+                                        norm_type=train.clip_grad_norm_type, autocast=_torch_autocast(exp))
             if per_step_schedule:
                 exp.t_sched.step()
             record["torch_loss"] = step_loss(t_losses)
@@ -350,11 +363,11 @@ def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
     t_pred, j_pred, labels = [], [], []
     exp.torch_model.eval()
     graphdef, state = _state(exp)
-    forward = _eval_step(graphdef)
+    forward = _eval_step(graphdef, _jax_autocast(exp))
     for (tx, ty), (jx, _) in zip(*exp.eval_loaders, strict=True):
         labels.append(ty.numpy())
         if only != "jax":
-            with torch.no_grad():
+            with torch.no_grad(), autocast_context(_torch_autocast(exp)):
                 t_pred.append(exp.torch_model(model_input(tx, exp.t_dtype)).argmax(1).numpy())
         if only != "torch":
             j_pred.append(np.asarray(forward(state, _jax_input(jx, exp.np_dtype)).argmax(1)))

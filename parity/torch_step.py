@@ -6,7 +6,8 @@ three follow one recipe::
 
     optimizer.zero_grad()
     for x, y in micro_batches:                       # train.accumulate = k of them
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16):   # train.autocast: bfloat16 (else no autocast)
+            loss = loss_fn(model(x), y)
         (loss / k).backward()                        # plain loss.backward() when k == 1
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)   # train.clip_grad_norm
     optimizer.step()
@@ -17,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import contextlib
+
 import torch
 
-__all__ = ["micro_batch_groups", "model_input", "step_loss", "torch_train_step"]
+__all__ = ["autocast_context", "micro_batch_groups", "model_input", "step_loss", "torch_train_step"]
 
 T = TypeVar("T")
 
@@ -28,6 +31,11 @@ def model_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A batch's inputs in the run's ``dtype`` (``train.dtype``); integer inputs (token ids for an
     ``Embedding``) stay integers."""
     return x.to(dtype) if x.is_floating_point() else x
+
+
+def autocast_context(dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast("cpu", dtype=dtype)``; no autocast for ``None``."""
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def micro_batch_groups(batches: Iterable[T], accumulate: int) -> Iterator[list[T]]:
@@ -52,18 +60,21 @@ def step_loss(losses: Sequence[float]) -> float:
 def torch_train_step(model: torch.nn.Module, loss_fn: Any, optimizer: torch.optim.Optimizer,
                      micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, dtype: torch.dtype,
                      accumulate: int = 1, clip_grad_norm: float | None = None,
-                     norm_type: float = 2.0) -> list[float]:
+                     norm_type: float = 2.0, autocast: torch.dtype | None = None) -> list[float]:
     """One optimizer step of ``model`` over ``micro_batches`` (inputs cast to ``dtype``); returns each
     micro-batch's undivided loss.
 
     Each loss is divided by ``accumulate`` before its ``backward()`` also when
     fewer micro-batches are given (an epoch's trailing group), as the recipe's
-    ``loss / k`` is.
+    ``loss / k`` is. ``autocast`` (``torch.bfloat16``) runs each forward and
+    loss under ``torch.autocast("cpu", dtype=autocast)``; the backward and the
+    step run outside it, as torch's AMP recipe has them.
     """
     optimizer.zero_grad()
     losses = []
     for x, y in micro_batches:
-        loss = loss_fn(model(model_input(x, dtype)), y)
+        with autocast_context(autocast):
+            loss = loss_fn(model(model_input(x, dtype)), y)
         (loss if accumulate == 1 else loss / accumulate).backward()
         losses.append(float(loss.item()))
     if clip_grad_norm is not None:

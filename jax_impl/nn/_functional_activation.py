@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_impl import amp
 from jax_impl.nn._functional_loss import log_softmax, softmax
 
 __all__ = [
@@ -253,8 +254,11 @@ def threshold(input, threshold: float, value: float, inplace: bool = False):
 
 
 def prelu(input, weight):
-    """``x > 0 ? x : weight * x``; a ``(C,)`` weight broadcasts over dim 1 (dim 0 of 1-D input)."""
-    x, w = jnp.asarray(input), jnp.asarray(weight)
+    """``x > 0 ? x : weight * x``; a ``(C,)`` weight broadcasts over dim 1 (dim 0 of 1-D input).
+
+    On torch's autocast ``lower_precision_fp`` list: bf16 under :func:`jax_impl.amp.autocast`.
+    """
+    x, w = amp.cast_inputs("prelu", jnp.asarray(input), jnp.asarray(weight))
     if w.size == 1:
         # A one-element weight broadcasts as a scalar: torch keeps the input's shape, also 0-d.
         w = w.reshape(())

@@ -26,21 +26,22 @@ import warnings
 import jax
 import jax.numpy as jnp
 
+from jax_impl import amp
+from jax_impl.nn import _gemm
 from jax_impl.nn._functional_dropout import dropout
 from jax_impl.nn._functional_loss import softmax
 
 __all__ = ["multi_head_attention_forward", "scaled_dot_product_attention"]
 
-_HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _matmul(a, b):
-    return jnp.matmul(a, b, precision=_HIGHEST)
+    # torch's matmul, bmm and baddbmm are on autocast's lower_precision_fp list.
+    return _gemm.matmul(*amp.cast_inputs("matmul", a, b))
 
 
 def _linear(x, w, b):
-    y = _matmul(x, w.T)
-    return y if b is None else y + b
+    return _gemm.linear(*amp.cast_inputs("linear", x, w, b))
 
 
 def _safe_softmax(x):
@@ -78,7 +79,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     Returns:
       ``(*, Hq, L, Ev)``.
     """
-    q, k, v = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    q, k, v = amp.cast_inputs("scaled_dot_product_attention", jnp.asarray(query), jnp.asarray(key),
+                              jnp.asarray(value))
+    if attn_mask is not None:
+        attn_mask, = amp.cast_inputs("scaled_dot_product_attention", jnp.asarray(attn_mask))
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     L, S = q.shape[-2], k.shape[-2]

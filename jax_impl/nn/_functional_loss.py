@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl import amp
 from jax_impl.kernels import div_scalar, rounded, runtime_zero_of
 
 Array = jax.Array
@@ -209,7 +210,7 @@ def log_softmax(input: Array, dim: int | None = None, _stacklevel: int = 3, dtyp
     x = jnp.asarray(input, dtype=dtype) if dtype is not None else jnp.asarray(input)
     if x.ndim == 0:
         return x - x  # torch: log_softmax of a scalar is 0
-    return _log_softmax(x, _class_dim(x.ndim, dim, "log_softmax"))
+    return _in_float32(_log_softmax, x, _class_dim(x.ndim, dim, "log_softmax"))
 
 
 def softmax(input: Array, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Array:
@@ -228,7 +229,15 @@ def softmax(input: Array, dim: int | None = None, _stacklevel: int = 3, dtype=No
     x = jnp.asarray(input, dtype=dtype) if dtype is not None else jnp.asarray(input)
     if x.ndim == 0:
         return jnp.ones_like(x)
-    return _softmax(x, _class_dim(x.ndim, dim, "softmax"))
+    return _in_float32(_softmax, x, _class_dim(x.ndim, dim, "softmax"))
+
+
+def _in_float32(kernel, x: Array, dim: int) -> Array:
+    """``kernel(x, dim)``; a bf16 ``x`` computes in float32 and rounds once, as torch's CPU softmax kernels
+    load bf16 into float32 vectors (``SoftMaxKernel.cpp``, ``vec_log_softmax_lastdim``)."""
+    if x.dtype == jnp.bfloat16:
+        return kernel(x.astype(jnp.float32), dim).astype(x.dtype)
+    return kernel(x, dim)
 
 
 # ----------------------------------------------------------------------------- nll / cross entropy
@@ -294,6 +303,7 @@ def _nll(logp: Array, target: Array, weight: Array | None, reduction: str, ignor
     return jnp.where(total_weight == 0, lax.stop_gradient(total / total_weight), total / safe)
 
 
+@amp.autocast_op("nll_loss")
 def nll_loss(
     input: Array,
     target: Array,
@@ -325,6 +335,7 @@ def nll_loss(
     return _nll(logp, target, weight, reduction, ignore_index)
 
 
+@amp.autocast_op("cross_entropy_loss")
 def cross_entropy(
     input: Array,
     target: Array,
@@ -475,6 +486,7 @@ def _bce_bwd(reduction, res, g):
 _bce.defvjp(_bce_fwd, _bce_bwd)
 
 
+@amp.autocast_op("binary_cross_entropy")
 def binary_cross_entropy(
     input: Array,
     target: Array,
@@ -518,6 +530,7 @@ def _log_sigmoid(x: Array) -> Array:
     return jnp.minimum(x, jnp.zeros((), x.dtype)) - jnp.log1p(jnp.exp(-jnp.abs(x)))
 
 
+@amp.autocast_op("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(
     input: Array,
     target: Array,
@@ -733,6 +746,7 @@ def _weighted(unweighted: Array, weight, input_shape, reduction: str, mean_by_we
     return jnp.sum(loss) / jnp.sum(weight)
 
 
+@amp.autocast_op("mse_loss")
 def mse_loss(
     input: Array,
     target: Array,
@@ -763,6 +777,7 @@ def mse_loss(
     return _mse(x, t, reduction, None)
 
 
+@amp.autocast_op("l1_loss")
 def l1_loss(
     input: Array,
     target: Array,
@@ -792,6 +807,7 @@ def l1_loss(
     return _reduce(loss, reduction)
 
 
+@amp.autocast_op("smooth_l1_loss")
 def smooth_l1_loss(
     input: Array,
     target: Array,
@@ -823,6 +839,7 @@ def smooth_l1_loss(
     return _smooth_l1(x, t, reduction, float(beta))
 
 
+@amp.autocast_op("huber_loss")
 def huber_loss(
     input: Array,
     target: Array,
@@ -852,6 +869,7 @@ def huber_loss(
     return _huber(x, t, reduction, float(delta))
 
 
+@amp.autocast_op("kl_div")
 def kl_div(
     input: Array,
     target: Array,

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl import amp
+from jax_impl.nn import _gemm
 from jax_impl.nn import _max_pool as _max_pool_impl
 from jax_impl.nn import _pool_indices
 from jax_impl.nn._fast_conv import conv2d_core
@@ -95,12 +97,18 @@ def _add_bias(y, bias, nd: int):
     return y + jnp.reshape(bias, (1, -1) + (1,) * nd)
 
 
+def _conv_inputs(op, input, weight, bias):
+    """The arrays of a convolution or ``linear`` as torch's autocast hands them to its kernel (``jax_impl.amp``)."""
+    bias = None if bias is None else jnp.asarray(bias)
+    return amp.cast_inputs(op, jnp.asarray(input), jnp.asarray(weight), bias)
+
+
 # ----------------------------------------------------------------------------- conv
 
 
 def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
-    x, unbatched = _batched(jnp.asarray(input), nd, f"conv{nd}d")
-    weight = jnp.asarray(weight)
+    input, weight, bias = _conv_inputs(f"conv{nd}d", input, weight, bias)
+    x, unbatched = _batched(input, nd, f"conv{nd}d")
     stride = _ntuple(stride, nd, "stride")
     dilation = _ntuple(dilation, nd, "dilation")
     kernel = weight.shape[2:]
@@ -124,15 +132,22 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
             f"Given groups={groups}, weight of size {tuple(weight.shape)}, expected input"
             f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
         )
-    if nd == 2 and groups == 1 and x.dtype == weight.dtype:
+    if _gemm.one_rounding(x, weight):
+        y = lax.conv_general_dilated(
+            x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
+            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+            preferred_element_type=jnp.float32,
+        )
+        y = _gemm.bias_rounded(y, bias, nd, x.dtype)
+    elif nd == 2 and groups == 1 and x.dtype == weight.dtype:
         # XLA:CPU-aware lowering (jax_impl/nn/_fast_conv.py): same sums, routed around XLA's slow cases.
-        y = conv2d_core(x, weight, stride, pads, dilation)
+        y = _add_bias(conv2d_core(x, weight, stride, pads, dilation), bias, nd)
     else:
         y = lax.conv_general_dilated(
             x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
             dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
         )
-    y = _add_bias(y, bias, nd)
+        y = _add_bias(y, bias, nd)
     return y[0] if unbatched else y
 
 
@@ -152,8 +167,8 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
-    x, unbatched = _batched(jnp.asarray(input), nd, f"conv_transpose{nd}d")
-    weight = jnp.asarray(weight)
+    input, weight, bias = _conv_inputs(f"conv_transpose{nd}d", input, weight, bias)
+    x, unbatched = _batched(input, nd, f"conv_transpose{nd}d")
     stride = _ntuple(stride, nd, "stride")
     padding = _ntuple(padding, nd, "padding")
     output_padding = _ntuple(output_padding, nd, "output_padding")
@@ -185,11 +200,13 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
         (d * (k - 1) - p, d * (k - 1) - p + op)
         for k, p, op, d in zip(kernel, padding, output_padding, dilation)
     ]
+    one_rounding = _gemm.one_rounding(x, w)
     y = lax.conv_general_dilated(
         x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
         dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+        preferred_element_type=jnp.float32 if one_rounding else None,
     )
-    y = _add_bias(y, bias, nd)
+    y = _gemm.bias_rounded(y, bias, nd, x.dtype) if one_rounding else _add_bias(y, bias, nd)
     return y[0] if unbatched else y
 
 
@@ -209,9 +226,12 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 def linear(input, weight, bias=None):
-    """``torch.nn.functional.linear``: ``input @ weight.T + bias``, weight ``(out, in)``."""
-    y = jnp.matmul(jnp.asarray(input), jnp.asarray(weight).T, precision=_HIGHEST)
-    return y if bias is None else y + bias
+    """``torch.nn.functional.linear``: ``input @ weight.T + bias``, weight ``(out, in)``.
+
+    Under :func:`jax_impl.amp.autocast` it computes in bf16 (torch's ``lower_precision_fp`` list); in bf16
+    it sums in float32 and rounds once, as torch's CPU bf16 GEMM does (``jax_impl/nn/_gemm.py``).
+    """
+    return _gemm.linear(*_conv_inputs("linear", input, weight, bias))
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -307,6 +327,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """``torch.nn.functional.max_pool3d`` (padding is -inf; ``return_indices`` as torch)."""
+    # torch's CPU autocast runs the 3-d pools (not the 1-d and 2-d ones) in float32 (jax_impl.amp.FP32).
+    input, = amp.cast_inputs("max_pool3d", jnp.asarray(input))
     return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool3d")
 
 
@@ -369,6 +391,7 @@ def avg_pool3d(
     input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
 ):
     """``torch.nn.functional.avg_pool3d``."""
+    input, = amp.cast_inputs("avg_pool3d", jnp.asarray(input))
     return _avg_pool(
         3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d"
     )
@@ -411,6 +434,7 @@ def adaptive_avg_pool2d(input, output_size):
 
 def adaptive_avg_pool3d(input, output_size):
     """``torch.nn.functional.adaptive_avg_pool3d``."""
+    input, = amp.cast_inputs("adaptive_avg_pool3d", jnp.asarray(input))
     return _adaptive_pool(3, input, output_size, jnp.mean, "adaptive_avg_pool3d")
 
 
@@ -436,6 +460,7 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
 
 def adaptive_max_pool3d(input, output_size, return_indices=False):
     """``torch.nn.functional.adaptive_max_pool3d``."""
+    input, = amp.cast_inputs("adaptive_max_pool3d", jnp.asarray(input))
     return _adaptive_max_pool(3, input, output_size, return_indices, "adaptive_max_pool3d")
 
 
@@ -471,4 +496,9 @@ def pad(input, pad, mode="constant", value=None):
             raise ValueError("Padding value causes wrapping around more than once.")
         if lo < 0 or hi < 0:
             raise NotImplementedError(f"negative padding is only supported in constant mode here, got {pad}")
+    if mode != "circular":
+        # aten's reflection_pad1d/2d and replication_pad1d/2d/3d are on torch's autocast fp32 list
+        # (reflection_pad3d is not): the same values, in float32.
+        kernel = f"{'reflection' if mode == 'reflect' else 'replication'}_pad{n}d"
+        x, = amp.cast_inputs(kernel, x)
     return jnp.pad(x, widths, mode=_PAD_MODES[mode])

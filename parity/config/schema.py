@@ -281,6 +281,13 @@ class TrainConfig:
     divided by ``k`` (the usual recipe's ``if (i + 1) % k == 0 or i + 1 ==
     len(loader)``). Steps, ``max_steps``, per-step schedulers and the report's
     per-step records count optimizer steps.
+
+    ``autocast: bfloat16`` (float32 runs): each forward and loss runs under
+    ``torch.autocast("cpu", dtype=torch.bfloat16)``, the JAX side's under
+    ``jax_impl.amp.autocast(jnp.bfloat16)``, and evaluation too; parameters,
+    gradients and optimizer state stay float32. The float64 floor twin runs
+    without autocast, so the floor verdict measures torch's bf16 run against
+    float64.
     """
 
     epochs: int = 3
@@ -294,6 +301,7 @@ class TrainConfig:
     clip_grad_norm: float | None = None
     clip_grad_norm_type: float = 2.0
     accumulate: int = 1
+    autocast: Literal["bfloat16"] | None = None
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
@@ -301,6 +309,9 @@ class TrainConfig:
         _require(self.accumulate >= 1, "accumulate", f"must be >= 1, got {self.accumulate}")
         _require(self.clip_grad_norm is None or self.clip_grad_norm >= 0, "clip_grad_norm",
                  f"must be >= 0, got {self.clip_grad_norm}")
+        # torch's autocast leaves float64 tensors alone: a float64 run would not use it.
+        _require(self.autocast is None or self.dtype == "float32", "autocast",
+                 "autocast needs train.dtype=float32 (torch's autocast does not cast float64 tensors)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,6 +356,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.parallel is not None and self.parallel.world_size > 1:
             for section, key, default in (("train", "clip_grad_norm", None), ("train", "accumulate", 1),
+                                          ("train", "autocast", None),
                                           ("data", "transform", ()), ("data", "eval_transform", None),
                                           ("model", "init", "copy")):
                 _require(getattr(getattr(self, section), key) == default, f"{section}.{key}",
@@ -360,7 +372,7 @@ class ExperimentConfig:
 # they existed read the same.
 _OMITTED_AT_DEFAULT = {
     DataConfig: {"transform": (), "eval_transform": None},
-    TrainConfig: {"clip_grad_norm": None, "clip_grad_norm_type": 2.0, "accumulate": 1},
+    TrainConfig: {"clip_grad_norm": None, "clip_grad_norm_type": 2.0, "accumulate": 1, "autocast": None},
     ParallelConfig: {"processes": 1},
 }
 
