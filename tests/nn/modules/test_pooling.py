@@ -111,7 +111,7 @@ def test_adaptive_pool_module_matches_torch_all_draws(dtype, nd, kind, data):
     test_adaptive_pool_module_matches_torch.hypothesis.inner_test(dtype, nd, kind, data)
 
 
-@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("nd", [1, 2, pytest.param(3, marks=pytest.mark.slow)])  # 3-D: the slow tier's
 def test_return_indices_modules(nd):
     x = np.random.default_rng(nd).standard_normal((2, 2) + (6,) * nd).astype(np.float32)
     for t_mod, j_mod in [

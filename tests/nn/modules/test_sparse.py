@@ -17,9 +17,13 @@ import jax_impl.nn as nn
 from tests.nn.modules._torch_pair import load_state, rel_err
 
 
+_SLOW = pytest.mark.slow  # the default tier's time budget: padding_idx and max_norm there, the rest here
+
+
 @pytest.mark.parametrize("kwargs", [
-    dict(), dict(padding_idx=2), dict(padding_idx=-1), dict(scale_grad_by_freq=True),
-    dict(padding_idx=0, scale_grad_by_freq=True), dict(max_norm=1.0), dict(max_norm=0.5, norm_type=1.0),
+    pytest.param(dict(), marks=_SLOW), dict(padding_idx=2), pytest.param(dict(padding_idx=-1), marks=_SLOW),
+    pytest.param(dict(scale_grad_by_freq=True), marks=_SLOW), dict(padding_idx=0, scale_grad_by_freq=True),
+    dict(max_norm=1.0), pytest.param(dict(max_norm=0.5, norm_type=1.0), marks=_SLOW),
 ])
 def test_embedding_matches_torch(kwargs):
     with jax.enable_x64(True):

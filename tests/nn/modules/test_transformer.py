@@ -96,7 +96,8 @@ def test_encoder_copies_the_layer_and_matches_torch():
         assert rel_err(g, tg) <= TOL[np.float64]
 
 
-@pytest.mark.parametrize("norm_first", _default_first([False, True]))
+@pytest.mark.slow  # the default tier's time budget: the encoder layer's tests cover the shared attention there
+@pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_torch(norm_first):
     rng = np.random.default_rng(3)
     with jax.enable_x64(True):
