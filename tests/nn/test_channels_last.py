@@ -35,8 +35,8 @@ from parity.convert import load_torch_state_dict
 # (model, batch, image): ResNet-18 at sizes where its last stages are and are not GEMM-routed
 # (those stay NCHW), and ResNet-50 (Bottleneck: 1x1 convs as GEMMs over the channels).
 # The default tier keeps ResNet-18's smallest and largest image.
-# The logits' grid runs in the slow tier (the default tier's time budget); the default tier checks the
-# path's gradients and which layers it replaces.
+# The path compiles ResNet-18 in channels-last form (about 20 s on 2 cores): these tests run in the slow
+# tier; the default tier's time budget keeps only the cheapest, that train mode never takes the path.
 GRID = [pytest.param("resnet18", 2, 32, marks=pytest.mark.slow), pytest.param("resnet18", 3, 48, marks=pytest.mark.slow),
         pytest.param("resnet18", 4, 64, marks=pytest.mark.slow), pytest.param("resnet18", 1, 96, marks=pytest.mark.slow),
         pytest.param("resnet50", 2, 64, marks=pytest.mark.slow)]
@@ -116,6 +116,7 @@ class _ScaledConv(nn.Conv2d):
         return 2.0 * super().__call__(input)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("swap", ["relu", "block_relu", "conv", "maxpool"])
 def test_replaced_layers_keep_the_module_path(swap):
     t, j = _pair("resnet18")
@@ -145,7 +146,8 @@ def test_train_mode_never_takes_the_path(monkeypatch):
     assert calls[0] == 0
 
 
-@pytest.mark.parametrize(("batch", "image"), [(2, 32), pytest.param(3, 56, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize(("batch", "image"), [(2, 32), (3, 56)])
 def test_eval_gradients_match_torch(batch, image, monkeypatch):
     t, j = _pair("resnet18", seed=batch)
     rng = np.random.default_rng(image)

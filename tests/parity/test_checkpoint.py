@@ -253,6 +253,7 @@ def test_a_one_framework_checkpoint_resumes_as_such(tmp_path, capsys):
     assert _resume(tmp_path, checkpoint, flags=["--resume-from", "jax"]) == 0
 
 
+@pytest.mark.slow  # ~5 s: a 6-step resumed run
 def test_resume_without_a_config_uses_the_checkpoints(tmp_path, capsys, finished):
     """``parity run --resume CKPT train.epochs=2``: no config file retyped; the recorded config, overridden.
     A worker count is a free key: the same batches either way."""
