@@ -43,6 +43,7 @@ def test_declared_transforms_give_both_loaders_the_same_batches(seed, num_worker
     assert float(tx.max()) <= 1.0  # ToTensor only: uint8 / 255
 
 
+@pytest.mark.slow  # ~3 s: a 6-step run (the batches' equality above is the default tier's check)
 def test_a_run_with_augmentation_passes_strictly_in_float64():
     """The same transforms in a float64 run: the runner keeps both generators in step (the probe and the
     compile's sample draw nothing from the run's stream). Measured max rel 2.2e-16 after 6 steps; bar 1e-10."""

@@ -27,7 +27,7 @@ from parity.layer_check import assert_within, compare_module
 
 DRAWS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The default tier's share of the draws; the slow tier's sibling test runs all of DRAWS.
-FEW_DRAWS = settings(DRAWS, max_examples=2)
+FEW_DRAWS = settings(DRAWS, max_examples=1)
 STAT_TOL = {np.float32: 1e-6, np.float64: 1e-12}
 
 
