@@ -21,6 +21,7 @@ JAX run away at every step, beyond any multiple of a small floor.
 from __future__ import annotations
 
 import copy
+import math
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from parity.build import build_experiment, torch_optimizer
 from parity.compare import scaled_error
 from parity.torch_step import micro_batch_groups, step_loss, torch_train_step
 
-__all__ = ["FLOOR_FACTOR", "FloorReference", "judge", "torch_precision_floor"]
+__all__ = ["FLOOR_FACTOR", "FloorReference", "divergence_message", "judge", "torch_precision_floor"]
 
 FLOOR_FACTOR = 5.0
 
@@ -108,6 +109,15 @@ def judge(report: Any, rtol: float) -> None:
         report.passed, report.passed_by = True, "floor"
         report.message = (f"{FLOOR_FACTOR:g}x torch's own float32-vs-float64 distance ({last.floor_max_rel:.2g} at "
                           f"{last.floor_worst})")
+
+
+def divergence_message(last: Any, rtol: float, first_step: int | None) -> str:
+    """The failed verdict's sentence: the worst tensor beyond ``rtol`` and beyond the floor, and the first
+    step whose losses differ (``last`` is the last :class:`parity.report.EpochRecord`)."""
+    floor = "" if math.isnan(last.floor_max_rel) else (
+        f" and beyond {FLOOR_FACTOR:g}x torch's own float32 floor ({last.floor_max_rel:.3g})")
+    return (f"parameters diverged beyond rtol {rtol:g}{floor}: worst tensor {last.worst_leaf} (max rel "
+            f"{last.param_max_rel:.3g}); first step whose losses differ: {first_step}")
 
 
 def torch_precision_floor(cfg: Any, steps: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import torch
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
-from parity.floor import FLOOR_FACTOR, judge
+from parity.floor import divergence_message, judge
 from parity.progress import Phases
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
 
@@ -137,13 +137,8 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         if report.passed and report.passed_by == "tolerance":
             report.message = where
         elif not report.passed:
-            last = report.epochs[-1]
-            floor = "" if math.isnan(last.floor_max_rel) else (
-                f" and beyond {FLOOR_FACTOR:g}x torch's own float32 floor ({last.floor_max_rel:.3g})")
-            report.message = (f"{where}, {steps} steps: parameters diverged beyond rtol "
-                              f"{cfg.train.tolerance.rtol:g}{floor}: worst tensor {last.worst_leaf} (max rel "
-                              f"{last.param_max_rel:.3g}); first step whose losses differ: "
-                              f"{report.first_divergent_step}")
+            report.message = f"{where}, {steps} steps: " + divergence_message(
+                report.epochs[-1], cfg.train.tolerance.rtol, report.first_divergent_step)
     if folder is not None:
         _checkpoint(cfg, runs, report, folder / "checkpoint.pt", steps)
         write_report(report, folder)

@@ -36,7 +36,7 @@ from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_c
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
-from parity.floor import FLOOR_FACTOR, FloorReference, judge
+from parity.floor import FloorReference, divergence_message, judge
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
 from parity.torch_step import autocast_context, micro_batch_groups, model_input, step_loss, torch_train_step
@@ -108,13 +108,8 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
             error.parity_run_dir = str(folder)  # where the CLI writes error.log
         raise
     if only is None and not report.passed:
-        last = report.epochs[-1]
-        floor = "" if math.isnan(last.floor_max_rel) else (
-            f" and beyond {FLOOR_FACTOR:g}x torch's own float32 floor ({last.floor_max_rel:.3g})")
-        report.message = (f"parameters diverged beyond rtol {cfg.train.tolerance.rtol:g}{floor}: worst tensor "
-                          f"{last.worst_leaf} (max rel {last.param_max_rel:.3g}); first step whose losses differ: "
-                          f"{report.first_divergent_step}, its first layer whose output differs: "
-                          f"{report.first_divergent_layer}")
+        report.message = (divergence_message(report.epochs[-1], cfg.train.tolerance.rtol, report.first_divergent_step)
+                          + f", its first layer whose output differs: {report.first_divergent_layer}")
     if folder is not None:
         write_report(report, folder)
     return report

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["embedding", "embedding_renorm_"]
+__all__ = ["embedding", "embedding_renorm_", "padding_index"]
 
 
 def _check_indices(input):
@@ -28,7 +28,7 @@ def _check_indices(input):
     return idx
 
 
-def _padding_index(padding_idx, num_embeddings: int) -> int | None:
+def padding_index(padding_idx, num_embeddings: int) -> int | None:
     """torch's normalisation of ``padding_idx`` (negative counts from the end)."""
     if padding_idx is None:
         return None
@@ -110,7 +110,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float =
     w = jnp.asarray(weight)
     if w.ndim != 2:
         raise RuntimeError("'weight' must be 2-D")
-    pad = _padding_index(padding_idx, w.shape[0])
+    pad = padding_index(padding_idx, w.shape[0])
     if max_norm is not None:
         w = _exact_with_grad_of(embedding_renorm_(w, idx, max_norm, norm_type), w)
     out = jnp.take(w, idx, axis=0, mode="clip")

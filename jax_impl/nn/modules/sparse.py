@@ -15,7 +15,7 @@ from flax import nnx
 
 from jax_impl.nn import functional as F
 from jax_impl.nn import init
-from jax_impl.nn._functional_sparse import embedding_renorm_
+from jax_impl.nn._functional_sparse import embedding_renorm_, padding_index
 from jax_impl.nn.modules._utils import factory_dtype, init_key
 from jax_impl.nn.modules.module import Buffer, Module
 
@@ -47,13 +47,7 @@ class Embedding(Module):
                  sparse: bool = False, _weight=None, _freeze: bool = False, device=None, dtype=None,
                  *, rngs: nnx.Rngs | None = None) -> None:
         dtype = factory_dtype(device, dtype)
-        if padding_idx is not None:
-            if padding_idx > 0 and padding_idx >= num_embeddings:
-                raise AssertionError("Padding_idx must be within num_embeddings")
-            if padding_idx < 0:
-                if padding_idx < -num_embeddings:
-                    raise AssertionError("Padding_idx must be within num_embeddings")
-                padding_idx = num_embeddings + padding_idx
+        padding_idx = padding_index(padding_idx, num_embeddings)
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
