@@ -24,17 +24,25 @@ def _models():
     return ref, ours
 
 
+def _float64_sgd():
+    """``(torch model, its SGD, tx, graphdef, state)``: both sides in float64 from the same weights, SGD with
+    momentum (call inside ``jax.enable_x64``). SGD, not Adam: Adam would turn the conv bias's gradient (a
+    cancellation residue: BatchNorm follows) into lr-sized steps, far above float64's rounding."""
+    ref, ours = _models()
+    cast_jax_model(ours, np.float64)
+    load_torch_state_dict(ours, {k: v.numpy() for k, v in ref.state_dict().items()})
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    tx = optim.sgd(lr=0.1, momentum=0.9)
+    graphdef, state = init_train_state(ours, tx)
+    return ref, opt, tx, graphdef, state
+
+
 @pytest.mark.parametrize("donate", [True, False])
 def test_train_step_follows_torchs_loop_in_float64(donate):
     """SGD with momentum, BatchNorm in train mode, 5 steps: parameters and running statistics within 1e-12
     (float64: only the conv/matmul summation orders differ; measured ~1e-15)."""
     with jax.enable_x64(True):
-        ref, ours = _models()
-        cast_jax_model(ours, np.float64)
-        load_torch_state_dict(ours, {k: v.numpy() for k, v in ref.state_dict().items()})
-        opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-        tx = optim.sgd(lr=0.1, momentum=0.9)
-        graphdef, state = init_train_state(ours, tx)
+        ref, opt, tx, graphdef, state = _float64_sgd()
         step = train_step(graphdef, jnn.CrossEntropyLoss(), tx, donate=donate)
         rng = np.random.default_rng(0)
         ref.train()
@@ -80,14 +88,7 @@ def test_clip_and_accumulation_follow_torchs_recipe_in_float64(accumulate, max_n
     from jax_impl.train import accumulating_train_step
 
     with jax.enable_x64(True):
-        ref, ours = _models()
-        cast_jax_model(ours, np.float64)
-        load_torch_state_dict(ours, {k: v.numpy() for k, v in ref.state_dict().items()})
-        # SGD: Adam would turn the conv bias's gradient (a cancellation residue: BatchNorm follows) into
-        # lr-sized steps, far above float64's rounding.
-        opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-        tx = optim.sgd(lr=0.1, momentum=0.9)
-        graphdef, state = init_train_state(ours, tx)
+        ref, opt, tx, graphdef, state = _float64_sgd()
         if accumulate == 1:
             plain = train_step(graphdef, jnn.CrossEntropyLoss(), tx, clip_grad_norm=max_norm)
             step = lambda s, batches: (lambda out: (out[0], [out[1]]))(plain(s, *batches[0]))  # noqa: E731
