@@ -177,14 +177,19 @@ def _checkpoint(cfg: Any, runs: dict[str, Any], report: RunReport, path: Path, s
     write_state(path, cfg.to_dict(), first["epoch"], first["step"], history, torch_state, jax_state)
 
 
-def _where(spec: Any) -> str:
+def _sides(spec: Any) -> tuple[str, str]:
+    """``(torch side, JAX side)`` in words, e.g. ``("torch DDP, 2 ranks", "JAX pmap on 2 devices")``."""
     reference = ("torch BatchNorm on the global batch (SyncBatchNorm needs CUDA)"
                  if spec.sync_bn and not torch.cuda.is_available() else f"torch DDP, {spec.world_size} ranks")
     devices = f"{spec.world_size} replicas on one device" if spec.mode == "vmap" else f"{spec.world_size} devices"
     if spec.mode == "multiprocess":
         processes = spec.processes or spec.world_size
         devices += f" in {processes} processes ({spec.world_size // processes} each)"
-    return f"{reference} vs JAX {'sharded' if spec.mode == 'multiprocess' else spec.mode} on {devices}"
+    return reference, f"JAX {'sharded' if spec.mode == 'multiprocess' else spec.mode} on {devices}"
+
+
+def _where(spec: Any) -> str:
+    return " vs ".join(_sides(spec))
 
 
 def _train(spec: Any, cfg: Any, only: str | None, phases: Phases) -> dict[str, Any]:
@@ -195,13 +200,13 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases) -> dict[str, A
     initial = initial_state(spec)
     runs: dict[str, Any] = {}
     if only != "jax":
-        phases(f"{_where(spec).split(' vs ')[0]}: training {spec.steps} steps")
+        phases(f"{_sides(spec)[0]}: training {spec.steps} steps")
         runs["torch"] = torch_reference(spec, initial)
         if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
             phases(f"the same torch run in float64 beside it (torch's own float32 floor): {spec.steps} steps")
             runs["floor"] = torch_reference(dataclasses.replace(spec, dtype="float64"), initial)
     if only != "torch":
-        phases(f"{_where(spec).split(' vs ')[1]}: compiling and training {spec.steps} steps")
+        phases(f"{_sides(spec)[1]}: compiling and training {spec.steps} steps")
         runs["jax"] = jax_run(spec, initial)
     return runs
 
