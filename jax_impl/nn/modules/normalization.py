@@ -24,6 +24,15 @@ def _shape_tuple(normalized_shape) -> tuple[int, ...]:
     return tuple(int(s) for s in normalized_shape)
 
 
+def _init_over_shape(module, normalized_shape, eps, elementwise_affine: bool, dtype) -> None:
+    """LayerNorm's and RMSNorm's shared state: torch's ``normalized_shape`` tuple, ``eps``, and a ``weight``
+    of ones over it when ``elementwise_affine`` (else ``None``)."""
+    module.normalized_shape = _shape_tuple(normalized_shape)
+    module.eps = eps
+    module.elementwise_affine = elementwise_affine
+    module.weight = nnx.Param(jnp.ones(module.normalized_shape, dtype)) if elementwise_affine else None
+
+
 class LayerNorm(Module):
     """``torch.nn.LayerNorm``: ``(x - E[x]) / sqrt(Var[x] + eps) * weight + bias`` over the trailing shape.
 
@@ -41,10 +50,7 @@ class LayerNorm(Module):
                  device=None, dtype=None, *, rngs: nnx.Rngs | None = None) -> None:
         del rngs
         dtype = factory_dtype(device, dtype)
-        self.normalized_shape = _shape_tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.weight = nnx.Param(jnp.ones(self.normalized_shape, dtype)) if elementwise_affine else None
+        _init_over_shape(self, normalized_shape, eps, elementwise_affine, dtype)
         self.bias = nnx.Param(jnp.zeros(self.normalized_shape, dtype)) if elementwise_affine and bias else None
 
     def __call__(self, input):
@@ -98,11 +104,7 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
                  device=None, dtype=None, *, rngs: nnx.Rngs | None = None) -> None:
         del rngs
-        dtype = factory_dtype(device, dtype)
-        self.normalized_shape = _shape_tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.weight = nnx.Param(jnp.ones(self.normalized_shape, dtype)) if elementwise_affine else None
+        _init_over_shape(self, normalized_shape, eps, elementwise_affine, factory_dtype(device, dtype))
 
     def __call__(self, input):
         return F.rms_norm(input, self.normalized_shape, None if self.weight is None else self.weight[...], self.eps)
