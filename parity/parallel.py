@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import time
 from typing import Any, Literal
 
@@ -545,9 +546,24 @@ def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, time
         if spec.world_size % processes:
             raise ValueError(f"world_size {spec.world_size} is not a multiple of processes {processes}")
         return launch(_jax_process, processes, (spec, initial), local_devices=spec.world_size // processes,
-                      timeout=timeout)[0]
+                      timeout=timeout, env=_eigen_threads_env(spec.world_size))[0]
     local = 1 if spec.mode == "vmap" else spec.world_size
     return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout)[0]
+
+
+def _eigen_threads_env(world_size: int) -> dict[str, str]:
+    """``NPROC`` for each JAX process: the size of XLA:CPU's Eigen thread pool in one process of ``world_size`` devices.
+
+    XLA:CPU sizes that pool as ``max(NPROC or the schedulable CPUs, local devices)``, and its convolutions
+    split their sums by the pool's size: a process of 4 devices on 2 cores runs 4 threads, a process of 2
+    devices 2, and their weight gradients differ in the last bits. Giving every process the pool of the
+    single-process layout makes N devices in one process and N devices over several compute the same bits
+    (a user's ``NPROC`` stands).
+    """
+    if "NPROC" in os.environ:
+        return {}
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"NPROC": str(max(cpus, world_size))}
 
 
 def divergence(torch_state: dict[str, np.ndarray], jax_state: dict[str, np.ndarray]) -> dict[str, Any]:
