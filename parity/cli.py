@@ -113,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "use the new values")
     run.add_argument("--resume-from", choices=["torch", "jax"], default=None,
                      help="both sides continue from this framework's model and optimizer state")
+    hosts = run.add_argument_group(
+        "several hosts", "a data-parallel run over hosts: run the same command on each, with its own "
+        "--process-id; process 0 writes the report (docs/data_parallel.md)")
+    hosts.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="process 0's host and a port; it also uses PORT+1 and PORT+2")
+    hosts.add_argument("--num-processes", type=int, metavar="N", help="hosts in the run (parallel.processes)")
+    hosts.add_argument("--process-id", type=int, metavar="I", help="this host's index, 0..N-1")
     run.set_defaults(handler=_run)
 
     summary = commands.add_parser(
@@ -245,6 +252,12 @@ def _run(args: argparse.Namespace) -> int:
     from parity.progress import Phases
 
     phases = Phases(enabled=not args.no_progress)
+    hosts = _hosts(args)
+    if hosts is not None:  # the layout the flags name, unless the overrides name it themselves
+        given = {item.split("=", 1)[0] for item in [args.file or "", *args.overrides]}
+        args.overrides = [*args.overrides, *(f"{k}={v}" for k, v in (("parallel.processes", hosts.num_processes),
+                                                                     ("parallel.jax_mode", "sharded"))
+                                             if k not in given)]
     config = _resumed_config(args) if args.resume is not None and not _names_a_file(args) else _load(args)
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
@@ -262,17 +275,38 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = run_experiment(config, only=args.only, max_steps=args.steps, runs_dir=runs_dir,
                                 progress=not args.no_progress, resume=args.resume, resume_from=args.resume_from,
-                                allow_config_change=args.allow_config_change, phases=phases)
+                                allow_config_change=args.allow_config_change, phases=phases, hosts=hosts)
     except DivergenceError as error:
         where = getattr(error, "parity_run_dir", None)
         print(f"parity: diverged: {error}" + (f" (report in {where})" if where else ""), file=sys.stderr)
         return EXIT_DIVERGED
+    if hosts is not None and hosts.process_id != 0:
+        print(report.message, flush=True)
+        return EXIT_OK
     try:
         print(render_markdown(report))
         print(f"run folder: {report.run_dir}", flush=True)
     except BrokenPipeError:  # `parity run | head`: the reader left; the verdict still decides the exit code
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if report.passed else EXIT_DIVERGED
+
+
+def _hosts(args: argparse.Namespace):
+    """The :class:`parity.parallel.Hosts` that ``--coordinator``, ``--num-processes`` and ``--process-id`` name."""
+    flags = (args.coordinator, args.num_processes, args.process_id)
+    if all(flag is None for flag in flags):
+        return None
+    if any(flag is None for flag in flags):
+        raise ConfigError("--coordinator, --num-processes and --process-id go together")
+    from parity.parallel import Hosts
+
+    address, _, port = args.coordinator.rpartition(":")
+    if not address or not port.isdigit():
+        raise ConfigError(f"--coordinator must be HOST:PORT, got {args.coordinator!r}")
+    try:
+        return Hosts(address, int(port), args.num_processes, args.process_id)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _summary(args: argparse.Namespace) -> int:

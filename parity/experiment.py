@@ -24,7 +24,8 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
                    runs_dir: str | os.PathLike = "runs", write: bool = True, progress: bool = True,
                    resume: str | os.PathLike | None = None, resume_from: str | None = None,
                    allow_config_change: bool = False, phases: Phases | None = None, torch_model: Any = None,
-                   jax_model: Any = None, train_data: Any = None, val_data: Any = None) -> RunReport:
+                   jax_model: Any = None, train_data: Any = None, val_data: Any = None,
+                   hosts: Any = None) -> RunReport:
     """Train ``config`` in both frameworks (or one, ``only='torch'|'jax'``) and compare them.
 
     Both sides start from identical weights (the seeded torch model's,
@@ -48,6 +49,9 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
         module with the same state-dict keys) instead of ``config.model``; the JAX model
         starts from the torch model's weights; both are trained in place.
       train_data, val_data: ``(inputs, targets)`` arrays instead of ``config.data.dataset``.
+      hosts: a :class:`parity.parallel.Hosts`: this host's part of a data-parallel
+        run over several hosts (every host calls with its own ``process_id``;
+        process 0's returns the report, the others a report saying so).
 
     Returns:
       The :class:`parity.report.RunReport`; ``report.passed`` is False when the
@@ -71,6 +75,13 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
     parallel = config.parallel is not None and config.parallel.world_size > 1
     if parallel and objects:
         raise ConfigError("data-parallel runs take the config's model and data, not Python objects")
+    if parallel and (allow_config_change or resume_from is not None):
+        flag = "--allow-config-change" if allow_config_change else "--resume-from"
+        raise ConfigError(f"{flag} is not supported for data-parallel runs: a data-parallel run resumes with "
+                          "its checkpoint's config, each framework from its own state")
+    if hosts is not None and not parallel:
+        raise ConfigError("--coordinator runs a data-parallel config: set parallel.world_size and "
+                          "parallel.processes")
     previous_x64, previous_sqrt = jax.config.jax_enable_x64, get_sqrt_mode()
     jax.config.update("jax_enable_x64", config.train.dtype == "float64")
     match_torch_sqrt()  # torch's CPU sqrt on this machine (IEEE, MKL AVX-512 or its table): sqrt optimizers exact
@@ -79,7 +90,7 @@ def run_experiment(config: Any, *, only: str | None = None, max_steps: int | Non
             from parity.parallel_runner import run_data_parallel
 
             return run_data_parallel(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
-                                     resume=resume, phases=phases)
+                                     resume=resume, phases=phases, hosts=hosts)
         return run_single(config, only=only, max_steps=max_steps, runs_dir=runs_dir, write=write,
                           progress=progress, resume=resume, resume_from=resume_from,
                           allow_config_change=allow_config_change, phases=phases, **objects)

@@ -37,8 +37,31 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["DDPSpec", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
+__all__ = ["DDPSpec", "Hosts", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
            "steps_per_epoch", "torch_reference", "validate_spec"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hosts:
+    """This host's part of a run over several hosts (``parity run --coordinator``).
+
+    Every host runs the same command with its own ``process_id``; process 0's
+    host (``address``) listens on three ports: ``port`` for torch's DDP store,
+    ``port + 1`` for the JAX coordinator and ``port + 2`` for the store of
+    torch's float64 twin. Each host starts its ``world_size / num_processes``
+    torch ranks and one JAX process with as many local devices.
+    """
+
+    address: str
+    port: int
+    num_processes: int
+    process_id: int
+
+    def __post_init__(self) -> None:
+        if self.num_processes < 1 or not 0 <= self.process_id < self.num_processes:
+            raise ValueError(f"process id must be in 0..{self.num_processes - 1}, got {self.process_id}")
+        if not 0 < self.port < 65534:
+            raise ValueError(f"coordinator port must be in 1..65533 (it uses three ports), got {self.port}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +97,7 @@ class DDPSpec:
     # for JAX), one per side and dtype ("torch", "floor", "jax"); None: from `initial`.
     resume: dict[str, Any] | None = None
     phases: Any = None  # parity.progress.Phases: a line on stderr at each snapshot; None: silent
+    hosts: Hosts | None = None  # this host's part of a run over several hosts; None: every process runs here
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
@@ -499,7 +523,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
 
 
 def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600,
-                    global_batch: bool | None = None) -> dict[str, Any]:
+                    global_batch: bool | None = None, floor: bool = False) -> dict[str, Any] | None:
     """torch's side of :func:`compare_ddp`: ``world_size`` DDP ranks, or one process on the global batches.
 
     Args:
@@ -508,6 +532,11 @@ def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None,
         concatenated local batches (SyncBN's reference without CUDA);
         ``False``: DDP ranks; ``None``: the former only for ``sync_bn``
         without CUDA.
+      floor: this is the float64 twin of a float32 run (over several hosts
+        it meets on its own port).
+
+    Returns:
+      Rank 0's result; ``None`` on a host other than process 0's.
     """
     import torch
 
@@ -519,8 +548,12 @@ def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None,
     if global_batch:
         return _torch_full_batch(spec, initial)
     hosts = spec.processes if spec.mode == "multiprocess" and spec.processes else 1
+    where = {}
+    if spec.hosts is not None:  # this host's ranks only; rank 0's result lives on process 0
+        where = {"node_rank": spec.hosts.process_id, "master_addr": spec.hosts.address,
+                 "master_port": spec.hosts.port + (2 if floor else 0)}
     return tp.launch(_torch_rank, spec.world_size, (spec, initial), backend=spec.backend, timeout=timeout,
-                     local_world_size=spec.world_size // hosts)[0]
+                     local_world_size=spec.world_size // hosts, **where)[0]
 
 
 def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -536,8 +569,12 @@ def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any],
     return torch_reference(spec, initial, timeout=timeout), jax_run(spec, initial, timeout=timeout)
 
 
-def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600) -> dict[str, Any]:
-    """JAX's side of :func:`compare_ddp` (in fresh processes: ``world_size`` devices, or processes)."""
+def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600
+            ) -> dict[str, Any] | None:
+    """JAX's side of :func:`compare_ddp` (in fresh processes: ``world_size`` devices, or processes).
+
+    Returns replica 0's result; ``None`` on a host other than process 0's.
+    """
     from jax_impl.parallel import launch, spawn
 
     initial = initial_state(spec) if initial is None else initial
@@ -545,8 +582,11 @@ def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, time
         processes = spec.processes or spec.world_size
         if spec.world_size % processes:
             raise ValueError(f"world_size {spec.world_size} is not a multiple of processes {processes}")
+        where = {}
+        if spec.hosts is not None:  # this host's process only; rank 0's result lives on process 0
+            where = {"ranks": [spec.hosts.process_id], "address": spec.hosts.address, "port": spec.hosts.port + 1}
         return launch(_jax_process, processes, (spec, initial), local_devices=spec.world_size // processes,
-                      timeout=timeout, env=_eigen_threads_env(spec.world_size))[0]
+                      timeout=timeout, env=_eigen_threads_env(spec.world_size), **where)[0]
     local = 1 if spec.mode == "vmap" else spec.world_size
     return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout)[0]
 

@@ -32,13 +32,18 @@ __all__ = ["run_data_parallel"]
 
 def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | None = None,
                       runs_dir: str | Path = "runs", write: bool = True, resume: Any = None,
-                      phases: Phases | None = None) -> RunReport:
+                      phases: Phases | None = None, hosts: Any = None) -> RunReport:
     """Train ``cfg`` with torch DDP and the JAX data-parallel step (or one of them, ``only``) and compare them.
 
     ``resume``: a checkpoint of a data-parallel run of the same config; both
     sides (and torch's float64 twin) continue from its whole-epoch state, in
     its run folder. Checkpoints (``train.checkpoint``) hold rank 0's and
     replica 0's state after the last whole epoch the run completed.
+
+    ``hosts`` (:class:`parity.parallel.Hosts`): this host's part of a run
+    over several hosts. Each host trains its torch ranks and its JAX process;
+    process 0 compares, evaluates and writes the run folder, the other
+    processes return a report that says where it is.
 
     Raises:
       ConfigError: options a data-parallel run does not support (user models,
@@ -67,6 +72,15 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         raise ConfigError("data-parallel runs take the built-in models only", path="model")
     if par.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("backend nccl needs CUDA; use gloo (or auto) on CPU", path="parallel.backend")
+    if hosts is not None:
+        if hosts.num_processes != par.processes:
+            raise ConfigError(f"--num-processes {hosts.num_processes} but parallel.processes is {par.processes}",
+                              path="parallel.processes")
+        if par.sync_bn and not torch.cuda.is_available():
+            raise ConfigError("SyncBatchNorm over several hosts needs CUDA (its CPU reference trains in one "
+                              "process)", path="parallel.sync_bn")
+        if hosts.process_id != 0:
+            write = False  # process 0 writes the run folder
     phases("building the data set and both optimizers")
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
 
@@ -92,7 +106,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
                    snapshot_steps=ends, phases=phases if phases.enabled else None,
-                   resume=_resume_states(ckpt) if ckpt is not None else None)
+                   resume=_resume_states(ckpt) if ckpt is not None else None, hosts=hosts)
     try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
         validate_spec(spec)
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
@@ -124,6 +138,10 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                 pass
             error.parity_run_dir = str(folder)
         raise
+    if hosts is not None and hosts.process_id != 0:
+        report.message = (f"process {hosts.process_id} of {hosts.num_processes} trained its ranks; process 0 "
+                          f"(on {hosts.address}) compares them and writes the report")
+        return report
     phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
     report.steps = report.steps + _steps(runs, per_epoch, start)
     held_out = arrays(False) if cfg.data.val_fraction > 0 else None
@@ -204,7 +222,7 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases) -> dict[str, A
         runs["torch"] = torch_reference(spec, initial)
         if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
             phases(f"the same torch run in float64 beside it (torch's own float32 floor): {spec.steps} steps")
-            runs["floor"] = torch_reference(dataclasses.replace(spec, dtype="float64"), initial)
+            runs["floor"] = torch_reference(dataclasses.replace(spec, dtype="float64"), initial, floor=True)
     if only != "torch":
         phases(f"{_sides(spec)[1]}: compiling and training {spec.steps} steps")
         runs["jax"] = jax_run(spec, initial)

@@ -4,7 +4,7 @@ Nothing here reimplements DDP: :func:`wrap` returns
 ``torch.nn.parallel.DistributedDataParallel`` (optionally after
 ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``), :func:`sampler` returns
 ``torch.utils.data.DistributedSampler``. :func:`launch` starts N local ranks
-on a free loopback port (the process handling is ``jax_impl.parallel.spawn``'s:
+on a free loopback port, or one host's ranks of a run over several hosts (the process handling is ``jax_impl.parallel.spawn``'s:
 a rank that raises fails the whole run with its error, the others are
 terminated); :func:`init_from_env` joins a run started by ``torchrun``.
 """
@@ -54,16 +54,22 @@ def _teardown() -> None:
 
 
 def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *, backend: str = "auto",
-           timeout: float | None = None, local_world_size: int | None = None) -> list[Any]:
+           timeout: float | None = None, local_world_size: int | None = None, node_rank: int | None = None,
+           master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[Any]:
     """Runs ``fn(rank, world_size, *args)`` in ``world_size`` processes with ``init_process_group`` done.
 
-    Each process gets ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``,
-    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
-    ``GROUP_RANK`` as ``torchrun`` sets them on hosts of ``local_world_size``
-    ranks each (default: all ranks on one host).
+    Each process gets ``MASTER_ADDR``, ``MASTER_PORT`` (a free local one
+    unless given), ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``LOCAL_WORLD_SIZE`` and ``GROUP_RANK`` as ``torchrun`` sets them on
+    hosts of ``local_world_size`` ranks each (default: all ranks on one host).
+
+    With ``node_rank`` (torchrun's ``--node-rank``) only that host's ranks
+    start here, ``node_rank * local_world_size`` onwards; every host runs the
+    same call with its own ``node_rank`` and node 0's ``master_addr`` and
+    ``master_port``.
 
     Returns:
-      The return values in rank order (picklable).
+      The return values of the ranks started here, in rank order (picklable).
 
     Raises:
       ProcessFailed: a rank raised (its type, message and traceback) or died.
@@ -71,8 +77,15 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *,
     """
     from functools import partial
 
-    setup = partial(_setup, resolve_backend(backend, world_size), local_world_size)
-    return spawn(fn, world_size, args, setup=setup, teardown=_teardown, timeout=timeout)
+    ranks = None
+    if node_rank is not None:
+        local = local_world_size or world_size
+        if world_size % local or not 0 <= node_rank < world_size // local:
+            raise ValueError(f"node_rank {node_rank} is not a host of {world_size} ranks in hosts of {local}")
+        ranks = range(node_rank * local, (node_rank + 1) * local)
+    setup = partial(_setup, resolve_backend(backend, local_world_size or world_size), local_world_size)
+    return spawn(fn, world_size, args, setup=setup, teardown=_teardown, timeout=timeout, ranks=ranks,
+                 address=master_addr, port=master_port)
 
 
 def init_from_env(backend: str = "auto") -> tuple[int, int, int]:

@@ -9,6 +9,8 @@ order. On a GPU host the same call gives each process its devices and XLA
 uses NCCL. For several hosts, run your script once per host with
 ``jax.distributed.initialize`` (``init_from_env`` reads torchrun's variables).
 
+A rank's standard output goes to the caller's standard error.
+
 Failure: when a rank raises, its exception type, message and traceback reach
 the caller as :class:`ProcessFailed` and the other ranks (possibly blocked in
 a collective that will never complete) are terminated, so nothing hangs and
@@ -24,6 +26,7 @@ import multiprocessing.connection
 import os
 import pickle
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -83,12 +86,16 @@ def _jax_teardown() -> None:
     jax.distributed.shutdown()
 
 
-def _child(fn: Callable[..., Any], rank: int, world_size: int, port: int, args: Sequence[Any],
+def _child(fn: Callable[..., Any], rank: int, world_size: int, address: str, port: int, args: Sequence[Any],
            conn: multiprocessing.connection.Connection, setup: Callable[..., None] | None,
            teardown: Callable[[], None] | None) -> None:
+    # A rank's standard output (gloo's connection lines among it) goes to stderr: the launcher's stdout
+    # carries the launcher's own results, e.g. a report piped into a file.
+    sys.stdout.flush()
+    os.dup2(2, 1)
     try:
         if setup is not None:
-            setup(rank, world_size, "127.0.0.1", port)
+            setup(rank, world_size, address, port)
         result = fn(rank, world_size, *args)
         message = ("ok", pickle.dumps(result))
     except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
@@ -112,6 +119,9 @@ def launch(
     local_devices: int = 1,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
+    ranks: Sequence[int] | None = None,
+    address: str = "127.0.0.1",
+    port: int | None = None,
 ) -> list[Any]:
     """Runs ``fn(rank, world_size, *args)`` in ``world_size`` processes joined by ``jax.distributed``.
 
@@ -123,16 +133,21 @@ def launch(
         (``--xla_force_host_platform_device_count``).
       timeout: seconds before the whole run is stopped with ``TimeoutError``.
       env: extra environment variables for the processes.
+      ranks: the process ids to start on this host (default: all of them);
+        the others run elsewhere with the same ``address`` and ``port``.
+      address: the coordinator's host (process 0's).
+      port: the coordinator's port (default: a free local one; give it when
+        ranks run on several hosts).
 
     Returns:
-      The return values, in rank order.
+      The return values of ``ranks``, in rank order.
 
     Raises:
       ProcessFailed: the first rank that raised or died; the others are terminated.
       TimeoutError: ``timeout`` passed.
     """
     return spawn(fn, world_size, args, setup=_jax_setup, teardown=_jax_teardown, local_devices=local_devices,
-                 timeout=timeout, env=env)
+                 timeout=timeout, env=env, ranks=ranks, address=address, port=port)
 
 
 def spawn(
@@ -145,35 +160,44 @@ def spawn(
     local_devices: int = 1,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
+    ranks: Sequence[int] | None = None,
+    address: str = "127.0.0.1",
+    port: int | None = None,
 ) -> list[Any]:
     """The process manager behind :func:`launch` (and ``torch_ref.parallel.launch``).
 
-    Each of ``world_size`` fresh interpreters runs ``setup(rank, world_size,
-    "127.0.0.1", port)`` (one free port shared by all ranks), then
+    Each rank of ``ranks`` (default: all ``world_size``) gets a fresh
+    interpreter that runs ``setup(rank, world_size, address, port)`` (one
+    port shared by all ranks: a free local one unless given), then
     ``fn(rank, world_size, *args)``, then ``teardown()``; failures and
-    timeouts are handled as :func:`launch` describes.
+    timeouts are handled as :func:`launch` describes. Returns the values of
+    ``ranks`` in order.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    ranks = list(range(world_size)) if ranks is None else list(ranks)
+    if not ranks or any(not 0 <= r < world_size for r in ranks) or len(set(ranks)) != len(ranks):
+        raise ValueError(f"ranks must be distinct ranks of 0..{world_size - 1}, got {ranks}")
     ctx = multiprocessing.get_context("spawn")
-    port = free_port()
+    port = free_port() if port is None else port
     child_env = dict(env or {})
     flags = os.environ.get("XLA_FLAGS", "")
     flags = " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
     child_env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={local_devices}".strip()
-    procs, conns = [], []
+    procs: dict[int, Any] = {}
+    conns: dict[int, multiprocessing.connection.Connection] = {}
     with _ENV_LOCK:  # spawn children inherit os.environ as it is when they start
         saved = {k: os.environ.get(k) for k in child_env}
         os.environ.update(child_env)
         try:
-            for rank in range(world_size):
+            for rank in ranks:
                 reader, writer = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_child, args=(fn, rank, world_size, port, tuple(args), writer, setup, teardown),
-                                name=f"parallel_rank_{rank}", daemon=True)
+                p = ctx.Process(target=_child, name=f"parallel_rank_{rank}", daemon=True,
+                                args=(fn, rank, world_size, address, port, tuple(args), writer, setup, teardown))
                 p.start()
                 writer.close()
-                procs.append(p)
-                conns.append(reader)
+                procs[rank] = p
+                conns[rank] = reader
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -183,14 +207,14 @@ def spawn(
     results: dict[int, Any] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        while len(results) < world_size:
-            waiting = {conns[r]: r for r in range(world_size) if r not in results}
-            sentinels = {procs[r].sentinel: r for r in range(world_size) if r not in results}
+        while len(results) < len(ranks):
+            waiting = {conns[r]: r for r in ranks if r not in results}
+            sentinels = {procs[r].sentinel: r for r in ranks if r not in results}
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = multiprocessing.connection.wait([*waiting, *sentinels], remaining)
             if not ready:
-                raise TimeoutError(f"launch: {world_size} processes did not finish within {timeout} s "
-                                   f"(ranks {sorted(set(range(world_size)) - set(results))} still running)")
+                raise TimeoutError(f"launch: {len(ranks)} processes did not finish within {timeout} s "
+                                   f"(ranks {sorted(set(ranks) - set(results))} still running)")
             for obj in ready:
                 rank = waiting.get(obj, sentinels.get(obj))
                 if rank in results:
@@ -204,17 +228,17 @@ def spawn(
                 if message[0] == "error":
                     raise ProcessFailed(rank, *message[1:])
                 results[rank] = pickle.loads(message[1])
-        for p in procs:
+        for p in procs.values():
             p.join(timeout=30)
     finally:
-        for p in procs:
+        for p in procs.values():
             if p.is_alive():
                 p.terminate()
-        for p in procs:
+        for p in procs.values():
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
                 p.join()
-        for c in conns:
+        for c in conns.values():
             c.close()
-    return [results[r] for r in range(world_size)]
+    return [results[r] for r in ranks]

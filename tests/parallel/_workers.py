@@ -25,6 +25,16 @@ def torch_collective_then_raise(rank: int, world_size: int) -> int:
     return rank
 
 
+def torch_all_reduce(rank: int, world_size: int) -> tuple[int, int, str, float]:
+    """``(rank, world size, GROUP_RANK, the all-reduced sum of rank + 1)``."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    return rank, world_size, os.environ["GROUP_RANK"], float(value)
+
+
 def die_on_rank_one(rank: int, world_size: int) -> int:
     if rank == 1:
         os._exit(3)

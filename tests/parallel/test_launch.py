@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jax_impl.parallel import ProcessFailed, launch, spawn
+from jax_impl.parallel import ProcessFailed, free_port, launch, spawn
 from tests.parallel import _workers
 from torch_ref import parallel as tp
 
@@ -29,6 +29,26 @@ def test_jax_processes_join_one_mesh() -> None:
     """Two processes, jax.distributed with gloo: one global mesh of 2 devices, a cross-process sum."""
     results = launch(_workers.jax_ranks, 2, timeout=120)
     assert results == [(0, 2, 2, 6.0), (1, 2, 2, 6.0)]  # 2 x 1.0 + 2 x 2.0
+
+
+def test_each_host_starts_its_own_ranks() -> None:
+    """Two "hosts" (two launches of this process, as two machines would each run one): each starts only its
+    ranks, they meet at the given address and port, and each gets its own ranks' results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jax_port, torch_port = free_port(), free_port()
+    with ThreadPoolExecutor(4) as pool:
+        jax_hosts = [pool.submit(launch, _workers.jax_ranks, 2, ranks=[r], port=jax_port, timeout=120)
+                     for r in (1, 0)]
+        torch_hosts = [pool.submit(tp.launch, _workers.torch_all_reduce, 4, backend="gloo", local_world_size=2,
+                                   node_rank=n, master_port=torch_port, timeout=120) for n in (1, 0)]
+        assert [h.result() for h in jax_hosts] == [[(1, 2, 2, 6.0)], [(0, 2, 2, 6.0)]]
+        assert [h.result() for h in torch_hosts] == [[(2, 4, "1", 10.0), (3, 4, "1", 10.0)],
+                                                     [(0, 4, "0", 10.0), (1, 4, "0", 10.0)]]
+    with pytest.raises(ValueError, match="distinct ranks of 0..1"):
+        spawn(_workers.jax_ranks, 2, ranks=[2])
+    with pytest.raises(ValueError, match="node_rank 2 is not a host"):
+        tp.launch(_workers.torch_all_reduce, 4, local_world_size=2, node_rank=2)
 
 
 @pytest.mark.parametrize("launcher", ["jax", "torch"])

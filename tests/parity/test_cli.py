@@ -84,3 +84,23 @@ def test_summary_prints_both_models_side_by_side(capsys):
         assert layer in out
     # LeNet for 1x8x8: conv1 60 + conv2 880 + fc1 64*120+120 + fc2 120*84+84 + fc3 84*10+10 = 19,754
     assert "Total params: torch 19,754, jax 19,754" in out and "  !" not in out
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--coordinator", "127.0.0.1:29500"], "--coordinator, --num-processes and --process-id go together"),
+        (["--coordinator", "29500", "--num-processes", "2", "--process-id", "0"], "must be HOST:PORT"),
+        (["--coordinator", "h:29500", "--num-processes", "2", "--process-id", "2"], "process id must be in 0..1"),
+        (["--coordinator", "h:65535", "--num-processes", "2", "--process-id", "0"], "it uses three ports"),
+        (["--coordinator", "h:29500", "--num-processes", "2", "--process-id", "0", "parallel.world_size=3"],
+         "parallel.processes: must divide world_size (3), got 2"),
+        (["--coordinator", "h:29500", "--num-processes", "1", "--process-id", "0"],
+         "--coordinator runs a data-parallel config"),
+    ],
+)
+def test_bad_host_flags_exit_2_before_anything_starts(flags, message, tmp_path, capsys):
+    """The launcher's flags are checked before any rank starts or any folder is written."""
+    assert main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

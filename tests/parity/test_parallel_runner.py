@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
 import parity.checkpoint
 import parity.parallel
+from jax_impl.parallel import free_port
 from parity.cli import main
 from parity.config import load_config
 from parity.experiment import run_experiment
@@ -79,6 +82,9 @@ def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
         assert "not supported in data-parallel runs" in capsys.readouterr().err
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
     assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
+    for flag in (["--allow-config-change"], ["--resume-from", "torch"]):
+        assert main([*args, "--resume", str(tmp_path / "checkpoint.pt"), *flag]) == 2
+        assert f"{flag[0]} is not supported for data-parallel runs" in capsys.readouterr().err
     assert main([*args, "parallel.backend=nccl"]) == (2 if not __import__("torch").cuda.is_available() else 0)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
@@ -95,7 +101,7 @@ def test_an_interrupted_data_parallel_run_leaves_a_report(tmp_path, monkeypatch)
     assert data["interrupted"] and not data["passed"] and data["verdict"].startswith("INTERRUPTED after 0")
 
 
-@pytest.mark.slow  # ~90 s: 4 torch ranks, then JAX on 4 devices as 2 x 2, 4 x 1 and 1 x 4
+@pytest.mark.slow  # ~2 min: 4 torch ranks, then JAX on 4 devices as 2 x 2, 4 x 1 and 1 x 4, then two `parity run`s
 def test_two_processes_of_two_devices_equal_four_processes(tmp_path):
     """The shape of two hosts (``parallel.processes=2``: two JAX processes of two devices, joined by
     jax.distributed; torch's 4 ranks see LOCAL_RANK/GROUP_RANK of that layout) computes the same bits as four
@@ -113,6 +119,21 @@ def test_two_processes_of_two_devices_equal_four_processes(tmp_path):
     jax_two, jax_four, jax_one = ([s["jax_loss"] for s in r.steps] for r in (two, four, one))
     assert jax_two == jax_four == jax_one
     assert two.epochs[-1].jax_accuracy == four.epochs[-1].jax_accuracy == one.epochs[-1].jax_accuracy
+
+    # The launcher for real hosts, here with both "hosts" on 127.0.0.1: one `parity run` per host, each
+    # starting its 2 torch ranks and its JAX process; process 0 writes the report, equal to the run above.
+    port = free_port()
+    command = [sys.executable, "-m", "parity", "run", "lenet_digits", *overrides, "--steps", "30", "--no-progress",
+               "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    hosts = [subprocess.Popen([*command, "--process-id", str(i), "--runs-dir", str(tmp_path / f"host{i}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 0)]
+    (out1, err1), (out0, err0) = (host.communicate(timeout=300) for host in hosts)
+    assert [host.returncode for host in hosts] == [0, 0], err0[-2000:] + err1[-2000:]
+    assert out1.startswith("process 1 of 2 trained its ranks") and not any((tmp_path / "host1").iterdir())
+    written = json.loads(next((tmp_path / "host0").glob("*/report.json")).read_text())
+    assert "4 devices in 2 processes (2 each)" in written["verdict"]
+    for key in ("torch_loss", "jax_loss"):
+        assert [s[key] for s in written["steps"]] == [s[key] for s in two.steps]
 
 
 @pytest.mark.slow  # ~3 min: ResNet-18 in 2 torch ranks twice (float32, float64) and on 2 JAX devices
