@@ -7,7 +7,11 @@ Cases (float32, random data, CrossEntropyLoss, SGD lr=0.01 momentum=0.9):
 
 - ``lenet_b256``: LeNet (3x32x32, 10 classes), batch 256;
 - ``resnet18_b32_64``: ResNet-18 (10 classes), batch 32 of 3x64x64;
-- ``resnet18_b4_224``: ResNet-18 (1000 classes), batch 4 of 3x224x224.
+- ``resnet18_b4_224``: ResNet-18 (1000 classes), batch 4 of 3x224x224;
+- ``mnist_b64``: the PyTorch MNIST example's network (``examples/mnist_net.py``:
+  two 3x3 convs of 32 and 64 channels on 1x28x28, max pool, dropout 0.25 and
+  0.5, fc 9216->128->10, log-softmax; NLLLoss), batch 64, as the example
+  trains it; dropout draws torch's masks on both sides.
 
 For each case:
 
@@ -67,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repository: examples/ (the MNIST net)
 
 from _common import machine_info, paired_ratio, ratio, time_blocks, write_json  # noqa: E402
 
@@ -76,6 +81,8 @@ CASES: dict[str, dict[str, Any]] = {
     "lenet_b256": dict(model="lenet", batch=256, image=32, classes=10, memory_batches=(64, 256, 1024)),
     "resnet18_b32_64": dict(model="resnet18", batch=32, image=64, classes=10, memory_batches=(8, 32, 64)),
     "resnet18_b4_224": dict(model="resnet18", batch=4, image=224, classes=1000, memory_batches=(2, 4, 8)),
+    "mnist_b64": dict(model="mnist", batch=64, image=28, classes=10, channels=1, loss="NLLLoss",
+                      memory_batches=(16, 64, 256)),
 }
 LR, MOMENTUM = 0.01, 0.9
 ROUNDS = 10  # alternating blocks of JAX and torch calls (time_blocks): the host's speed drifts within a run
@@ -109,6 +116,10 @@ def _torch_model(case: dict[str, Any]):
     torch.manual_seed(0)
     if case["model"] == "lenet":
         return models.LeNet(num_classes=case["classes"], in_channels=3, image_size=case["image"])
+    if case["model"] == "mnist":
+        from examples.mnist_net import Net
+
+        return Net(image_size=case["image"])
     return models.resnet18(num_classes=case["classes"])
 
 
@@ -120,6 +131,10 @@ def _jax_model(case: dict[str, Any]):
     rngs = nnx.Rngs(0)
     if case["model"] == "lenet":
         return models.LeNet(num_classes=case["classes"], in_channels=3, image_size=case["image"], rngs=rngs)
+    if case["model"] == "mnist":
+        from examples.mnist_net import JaxNet
+
+        return JaxNet(image_size=case["image"])
     return models.resnet18(num_classes=case["classes"], rngs=rngs)
 
 
@@ -128,7 +143,7 @@ def _data(case: dict[str, Any], batch: int | None = None):
 
     rng = np.random.default_rng(0)
     n = batch or case["batch"]
-    x = rng.standard_normal((n, 3, case["image"], case["image"]), dtype=np.float32)
+    x = rng.standard_normal((n, case.get("channels", 3), case["image"], case["image"]), dtype=np.float32)
     y = rng.integers(0, case["classes"], n).astype(np.int64)
     return x, y
 
@@ -140,7 +155,7 @@ def torch_calls(case: dict[str, Any], x, y):
     device = torch.device(DEVICE["name"])
     model = _torch_model(case).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = getattr(torch.nn, case.get("loss", "CrossEntropyLoss"))()
     tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
     def train() -> None:
@@ -159,7 +174,7 @@ def torch_calls(case: dict[str, Any], x, y):
     return {"train": train, "infer": infer}, model
 
 
-def jax_train_step(model, *, donate: bool = True):
+def jax_train_step(model, *, donate: bool = True, loss: str = "CrossEntropyLoss"):
     """``(state, x, y) -> (state, loss)`` and the initial state: ``jax_impl.train``'s step, what a user's loop
     runs (the model split once, the batch an argument, the state donated, ``tx.step``)."""
     from jax_impl import nn, optim
@@ -167,7 +182,7 @@ def jax_train_step(model, *, donate: bool = True):
 
     tx = optim.sgd(lr=LR, momentum=MOMENTUM)
     graphdef, state = init_train_state(model, tx)
-    return train_step(graphdef, nn.CrossEntropyLoss(), tx, donate=donate), state
+    return train_step(graphdef, getattr(nn, loss)(), tx, donate=donate), state
 
 
 def jax_calls(case: dict[str, Any], x, y, torch_model):
@@ -186,7 +201,7 @@ def jax_calls(case: dict[str, Any], x, y, torch_model):
     variables = jax.tree.map(jnp.copy, variables)  # the train step donates (deletes) the model's own arrays
     forward = jax.jit(lambda v, a: nnx.merge(graphdef, v)(a))
     model.train()
-    step, state = jax_train_step(model)
+    step, state = jax_train_step(model, loss=case.get("loss", "CrossEntropyLoss"))
     box = {"state": state}
 
     def train() -> None:
@@ -254,7 +269,7 @@ def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
         import jax
         import jax.numpy as jnp
 
-        step, state = jax_train_step(_jax_model(case))
+        step, state = jax_train_step(_jax_model(case), loss=case.get("loss", "CrossEntropyLoss"))
         jx, jy = jnp.asarray(x), jnp.asarray(y)
         analysis = step.lower(state, jx, jy).compile().memory_analysis()
         if analysis is not None:

@@ -18,6 +18,8 @@ Both are map-style :class:`~jax_impl.data.Dataset` s over NumPy arrays
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,15 +76,25 @@ def digits_arrays(normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
     1797 images (computed in float64, rounded to float32):
     ``(x - mean) / std`` in float32, which trains LeNet much faster.
     """
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images = (bunch.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    raw, target = _load_digits()
+    images = (raw.astype(np.float32) / np.float32(16.0))[:, None, :, :]
     if normalize:
         mean = np.float32(images.astype(np.float64).mean())
         std = np.float32(images.astype(np.float64).std())
         images = (images - mean) / std
-    return np.ascontiguousarray(images, dtype=np.float32), bunch.target.astype(np.int64)
+    return np.ascontiguousarray(images, dtype=np.float32), target.astype(np.int64)
+
+
+@functools.cache
+def _load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``load_digits()`` images and targets, parsed once per process (a run reads them for
+    both frameworks' train and held-out splits), read-only so no caller changes the shared copy."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    for array in (bunch.images, bunch.target):
+        array.flags.writeable = False
+    return bunch.images, bunch.target
 
 
 def split_indices(n: int, val_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
