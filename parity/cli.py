@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "use the new values")
     run.add_argument("--resume-from", choices=["torch", "jax"], default=None,
                      help="both sides continue from this framework's model and optimizer state")
+    run.add_argument("--no-compile-cache", action="store_true",
+                     help="do not keep compiled JAX steps between runs (default: in $PARITY_CACHE_DIR, else "
+                     "~/.cache/parity/jax)")
     hosts = run.add_argument_group(
         "several hosts", "a data-parallel run over hosts: run the same command on each, with its own "
         "--process-id; process 0 writes the report (docs/data_parallel.md)")
@@ -269,13 +272,16 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as error:
         raise ConfigError(f"runs folder {runs_dir} is not writable: {error.strerror or error}") from None
     phases("importing torch and JAX")
+    from parity.compile_cache import compilation_cache, default_cache_dir
     from parity.experiment import DivergenceError, run_experiment
     from parity.report import render_markdown
 
     try:
-        report = run_experiment(config, only=args.only, max_steps=args.steps, runs_dir=runs_dir,
-                                progress=not args.no_progress, resume=args.resume, resume_from=args.resume_from,
-                                allow_config_change=args.allow_config_change, phases=phases, hosts=hosts)
+        with compilation_cache(None if args.no_compile_cache else default_cache_dir()):
+            report = run_experiment(config, only=args.only, max_steps=args.steps, runs_dir=runs_dir,
+                                    progress=not args.no_progress, resume=args.resume,
+                                    resume_from=args.resume_from, allow_config_change=args.allow_config_change,
+                                    phases=phases, hosts=hosts)
     except DivergenceError as error:
         where = getattr(error, "parity_run_dir", None)
         print(f"parity: diverged: {error}" + (f" (report in {where})" if where else ""), file=sys.stderr)

@@ -177,9 +177,16 @@ def _state(exp: Experiment) -> tuple[Any, Any]:
     return graphdef, TrainState(params, rest, exp.opt_state)
 
 
-def _compile(exp: Experiment, phases: Phases) -> Any:
-    """The JAX step, compiled for the epoch's batch shapes (full, and the last partial one) before the bar starts."""
+def _compile(exp: Experiment, phases: Phases, horizon: int | None = None) -> Any:
+    """The JAX step, compiled for the epoch's batch shapes (full, and the last partial one) before the bar starts.
+
+    ``horizon``: the run's last optimizer count + 1; the optimizer then tabulates its host scalars for
+    every step of the run and compiles no host callback (``jax_impl.optim.fixed_horizon``), so that the
+    step can be kept in JAX's persistent compilation cache.
+    """
     import jax.numpy as jnp
+
+    from jax_impl.optim import fixed_horizon
 
     loader = exp.j_train
     # A random transform's draws for this sample and the dummy steps' dropout draws must not advance the run's stream.
@@ -195,20 +202,31 @@ def _compile(exp: Experiment, phases: Phases) -> Any:
         xs = _jax_input(np.zeros((size, *np.shape(x)), np.asarray(x).dtype), exp.np_dtype)
         ys = jnp.asarray(np.stack([np.asarray(y)] * size))
         try:  # two micro-batches compile an accumulating step's first, running-sum and update parts
-            jax_step(state, [(xs, ys)] * min(exp.config.train.accumulate, 2))[1][-1].block_until_ready()
+            with fixed_horizon(horizon) if horizon else contextlib.nullcontext():
+                jax_step(state, [(xs, ys)] * min(exp.config.train.accumulate, 2))[1][-1].block_until_ready()
         except (TypeError, ValueError) as error:  # shapes and dtypes: the JAX model does not fit the data
             first = str(error).strip().splitlines()[0][:200]
             raise ConfigError(f"the JAX model's train step fails on a batch of shape {tuple(xs.shape)}: {first}",
                               path="model") from None
     jax_random.set_rng_state(rng)
-    phases(f"compiled in {time.perf_counter() - start:.1f}s; training")
+    phases(f"compiled in {time.perf_counter() - start:.1f}s{_cache_note()}; training")
     return jax_step
+
+
+def _cache_note() -> str:
+    """`` (compilation cache: DIR)`` when JAX's persistent compilation cache is on, else ``""``."""
+    import jax
+
+    where = jax.config.jax_compilation_cache_dir
+    return f" (compilation cache: {where})" if where else ""
 
 
 def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int | None, total: int,
            folder: Path | None, phases: Phases, progress: bool, start_epoch: int, step: int) -> None:
     cfg = exp.config
-    jax_step = _compile(exp, phases) if only != "torch" else None
+    # A resumed run may carry a float32 scalar state (NAdam, ASGD) that a table from the initial one does
+    # not predict (--allow-config-change): it keeps the optimizer's host callback.
+    jax_step = _compile(exp, phases, total if step == 0 else None) if only != "torch" else None
     if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
         exp.floor = FloorReference(exp)
     # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.

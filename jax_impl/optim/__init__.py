@@ -6,7 +6,7 @@ same name (lower-cased), with torch's defaults, and returns an
 pair plus ``step``, torch's exact update.
 """
 
-from jax_impl.optim._base import TorchTransformation, host_schedule, is_host_schedule
+from jax_impl.optim._base import TorchTransformation, fixed_horizon, host_schedule, is_host_schedule
 from jax_impl.optim._sqrt import get_sqrt_mode, get_sqrt_table, set_sqrt_mode, set_sqrt_table, torch_sqrt
 from jax_impl.optim.adadelta import AdadeltaState, adadelta
 from jax_impl.optim.adagrad import AdagradState, adagrad
@@ -42,6 +42,7 @@ __all__ = [
     "adamax",
     "adamw",
     "asgd",
+    "fixed_horizon",
     "get_sqrt_mode",
     "get_sqrt_table",
     "host_schedule",

@@ -33,7 +33,8 @@ exact parity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -48,6 +49,7 @@ from jax_impl.optim._sqrt import get_sqrt_mode, get_sqrt_table, torch_sqrt
 __all__ = [
     "Hyperparameter",
     "TorchTransformation",
+    "fixed_horizon",
     "torch_optimizer",
     "is_host_schedule",
     "host_schedule",
@@ -55,6 +57,36 @@ __all__ = [
 ]
 
 Hyperparameter = float | Callable[[Any], Any]
+
+_HORIZON: list[int | None] = [None]  # fixed_horizon's steps while a step is traced inside it
+
+
+@contextlib.contextmanager
+def fixed_horizon(steps: int) -> Iterator[None]:
+    """Steps traced inside this block serve at most ``steps`` optimizer steps, and compile no host callback.
+
+    Under ``jax.jit`` an optimizer reads its host scalars (torch's float64
+    bias corrections and scheduled learning rates) from a table of the first
+    steps and falls back to a ``jax.pure_callback`` past it. A compiled step
+    that holds a host callback cannot be kept in JAX's persistent
+    compilation cache. Inside this block the table covers at least the
+    counts ``0 .. steps - 1`` (``steps`` up to 32768; beyond that the
+    callback stays) and the callback is left out: a count past the table,
+    or a float32 scalar state (NAdam's ``mu_product``, ASGD's ``eta`` and
+    ``mu``) other than the one the table predicts from the initial state,
+    gives NaN scalars, so such a step turns the parameters NaN instead of
+    running on wrong numbers. Read when a step is traced: a function traced
+    inside the block keeps its table when called later, and one jax traced
+    before (it caches traces per function) keeps its callback.
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    previous = _HORIZON[0]
+    _HORIZON[0] = steps
+    try:
+        yield
+    finally:
+        _HORIZON[0] = previous
 
 
 class HostSchedule(Protocol):
@@ -209,7 +241,7 @@ def torch_optimizer(
         dtype = _scalar_dtype()
         return np.array([scalars[k] for k in scalar_names], dtype=dtype), tuple(np.float32(v) for v in new)
 
-    tables: dict[np.dtype, _ScalarTable | None] = {}
+    tables: dict[tuple[np.dtype, int | None], _ScalarTable | None] = {}
 
     def compute_scalars(count: jax.Array, sstate: tuple[jax.Array, ...]):
         dtype = _scalar_dtype()
@@ -229,13 +261,15 @@ def torch_optimizer(
 
         if traced_names or not all(getattr(hyper[k], "tabulable", False) for k in host_names):
             return callback()
-        if dtype not in tables:
-            tables[dtype] = _scalar_table(lambda k, old: evaluate_host(k, [], old), scalar_names,
-                                          [np.float32(v) for v in scalar_state.values()], dtype,
-                                          converges and not host_names)
-        if tables[dtype] is None:
+        horizon = _HORIZON[0] if _HORIZON[0] is not None and _HORIZON[0] <= _TABLE_STEPS else None
+        key = (dtype, horizon)
+        if key not in tables:
+            tables[key] = _scalar_table(lambda k, old: evaluate_host(k, [], old), scalar_names,
+                                        [np.float32(v) for v in scalar_state.values()], dtype,
+                                        converges and not host_names, horizon or 0)
+        if tables[key] is None:
             return callback()
-        return tables[dtype].lookup(count, sstate, callback)
+        return tables[key].lookup(count, sstate, callback if horizon is None else None)
 
     n_leaf = len(leaf_state_names)
     sqrt_mode = get_sqrt_mode()  # fixed when the optimizer is built
@@ -314,7 +348,9 @@ class _ScalarTable(NamedTuple):
     states: np.ndarray  # (n_steps, len(varying_states)) float32
     converged: bool
 
-    def lookup(self, count: jax.Array, sstate: tuple[jax.Array, ...], callback: Callable[[], Any]):
+    def lookup(self, count: jax.Array, sstate: tuple[jax.Array, ...], callback: Callable[[], Any] | None):
+        """The scalars and new scalar state of ``count``: the table's row where it holds, else ``callback()``
+        (``None``: NaN, see :func:`fixed_horizon`)."""
         n_steps = self.rows.shape[0]
         index = jnp.minimum(count, n_steps - 1)
         vector = jnp.asarray(self.fixed_rows)
@@ -336,16 +372,18 @@ class _ScalarTable(NamedTuple):
         result = (vector, tuple(new[i] for i in range(n_state)))
         if ok is None:
             return result
+        if callback is None:
+            return jax.tree.map(lambda v: jnp.where(ok, v, jnp.nan), result)
         return lax.cond(ok, lambda: result, callback)
 
 
 def _scalar_table(host: Callable[[int, list[np.float32]], tuple[dict[str, float], list[np.float32]]],
                   names: list[str], initial_state: list[np.float32], dtype: np.dtype,
-                  converges: bool) -> _ScalarTable | None:
+                  converges: bool, min_steps: int = 0) -> _ScalarTable | None:
     """Runs the host maths ``host(count, state)`` for counts ``0, 1, ...`` from the initial scalar state.
 
     Stops after ``_TABLE_STEPS`` rows (``_OPEN_TABLE_STEPS`` unless
-    ``converges``), at the first count whose host maths raises (the callback
+    ``converges``, or ``min_steps`` if more, up to ``_TABLE_STEPS``), at the first count whose host maths raises (the callback
     raises it again at run time), or, if ``converges``, at a count whose
     scalars equal their limit (step ``2**62``, same scalar state) in ``dtype``
     and whose scalar state is a fixed point: the optimizer's monotone scalars
@@ -358,7 +396,7 @@ def _scalar_table(host: Callable[[int, list[np.float32]], tuple[dict[str, float]
     rows: list[list[float]] = []
     states: list[list[np.float32]] = []
     converged = False
-    for count in range(_TABLE_STEPS if converges else min(_TABLE_STEPS, _OPEN_TABLE_STEPS)):
+    for count in range(_TABLE_STEPS if converges else min(_TABLE_STEPS, max(_OPEN_TABLE_STEPS, min_steps))):
         try:
             scalars, new = host(count, state)
         except Exception:  # noqa: BLE001 - e.g. OneCycleLR past total_steps: the callback raises it at that step

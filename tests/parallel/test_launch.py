@@ -31,6 +31,7 @@ def test_jax_processes_join_one_mesh() -> None:
     assert results == [(0, 2, 2, 6.0), (1, 2, 2, 6.0)]  # 2 x 1.0 + 2 x 2.0
 
 
+@pytest.mark.slow  # ~6 s: six processes, two of them JAX
 def test_each_host_starts_its_own_ranks() -> None:
     """Two "hosts" (two launches of this process, as two machines would each run one): each starts only its
     ranks, they meet at the given address and port, and each gets its own ranks' results."""

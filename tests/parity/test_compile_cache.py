@@ -1,0 +1,65 @@
+"""``parity run``'s persistent compilation cache: where it lives, how it is turned off, and that a second
+run of a config reads its compiled train step back instead of compiling it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import parity.compile_cache as cc
+from parity.cli import main
+
+
+def test_default_location_and_opt_out(monkeypatch, tmp_path):
+    monkeypatch.delenv("PARITY_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cc.default_cache_dir() == tmp_path / "xdg" / "parity" / "jax"
+    monkeypatch.setenv("PARITY_CACHE_DIR", str(tmp_path / "mine"))
+    assert cc.default_cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("PARITY_CACHE_DIR", "")
+    assert cc.default_cache_dir() is None
+
+
+def test_the_cache_holds_compiles_inside_the_block_only(monkeypatch, tmp_path):
+    monkeypatch.setattr(cc, "MIN_COMPILE_SECONDS", 0.0)
+    before = jax.config.jax_compilation_cache_dir
+    with cc.compilation_cache(tmp_path / "jax") as where:
+        assert where == tmp_path / "jax"
+        jax.jit(lambda v: jnp.sin(v) * 3.25)(jnp.arange(7.0)).block_until_ready()
+    assert any(p.name.startswith("jit__lambda") for p in (tmp_path / "jax").iterdir())
+    assert jax.config.jax_compilation_cache_dir == before  # restored for whatever runs next
+    with cc.compilation_cache(None) as where:
+        assert where is None
+
+
+def test_an_unwritable_location_runs_without_the_cache(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with cc.compilation_cache(blocked / "jax") as where:
+        assert where is None
+
+
+@pytest.mark.slow  # ~20 s: two short parity runs
+def test_a_second_run_reads_its_train_step_back(tmp_path, monkeypatch, capsys):
+    """The default config's step (Adam, StepLR: an open scalar table that would keep a host callback) is
+    traced inside the run's fixed horizon, so JAX caches it: the second run finds both of its train
+    steps (full and last partial batch) in the cache."""
+    monkeypatch.setenv("PARITY_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["run", "--steps", "3", "--runs-dir", str(tmp_path / "runs")]
+    assert main(args) == 0
+    assert "(compilation cache: " in capsys.readouterr().err
+    steps = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("jit_step"))
+    assert len(steps) == 2
+    hits = []
+    listener = lambda event, **kwargs: hits.append(event)  # noqa: E731
+    jax.monitoring.register_event_listener(listener)
+    try:
+        assert main(args) == 0
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    assert hits.count("/jax/compilation_cache/cache_hits") >= 2  # both train steps read back
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("jit_step")) == steps
+    capsys.readouterr()
+    assert main([*args, "--no-compile-cache"]) == 0
+    assert "(compilation cache: " not in capsys.readouterr().err
