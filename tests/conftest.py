@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 import jax_impl  # noqa: F401  (first: sets XLA:CPU flags before jax's backend starts, see jax_impl/_xla_cpu.py)
 
@@ -11,3 +14,9 @@ pytest_plugins = ["pytester"]
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# `parity run` keeps compiled steps in a persistent cache (parity/compile_cache.py): the tests' runs share
+# one of their own, never the user's ~/.cache, and it goes when the session ends.
+if "PARITY_CACHE_DIR" not in os.environ:
+    os.environ["PARITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="parity-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["PARITY_CACHE_DIR"], ignore_errors=True)

@@ -141,7 +141,30 @@ def uniform_(key, shape: Shape, dtype=jnp.float32, a: float = 0.0, b: float = 1.
         )
     if key is None or isinstance(key, Generator):
         return _torch_uniform(key, tuple(shape), dtype, a, b)
-    return jax.random.uniform(key, tuple(shape), dtype, minval=a, maxval=b)
+    return _jax_draw(jax.random.uniform, key, tuple(shape), dtype, minval=a, maxval=b)
+
+
+def _jax_draw(draw, key, shape: tuple[int, ...], dtype, **kwargs) -> jax.Array:
+    """``draw(key, shape, dtype, **kwargs)`` (``jax.random.uniform`` or ``normal``): the same numbers,
+    drawn flat at a size of a few buckets and cut to ``shape`` on the host.
+
+    With jax's partitionable threefry (its default) element ``i`` of a draw
+    depends only on the key and ``i``, so a longer flat draw starts with the
+    same numbers. Eagerly each distinct shape would compile its own draw, and
+    a multi-dimensional one compiles 4-7x slower than a flat one (0.6-1 s on
+    a 2-core host): a model's initialisation compiled once per weight shape
+    (ResNet-18: 13 s). Sizes in powers of 4 from 1024 serve every weight with
+    a few compiled draws; the cut and reshape run in NumPy (nothing to
+    compile). Under a trace (``jit``, ``eval_shape``) the draw is the exact
+    shape, as nothing compiles per call there.
+    """
+    n = math.prod(shape)
+    if not jax.config.jax_threefry_partitionable or n == 0 or isinstance(key, jax.core.Tracer):
+        return draw(key, shape, dtype, **kwargs)
+    size = 1024
+    while size < n:
+        size *= 4
+    return jnp.asarray(np.asarray(draw(key, (size,), dtype, **kwargs))[:n].reshape(shape))
 
 
 def _torch_uniform(generator: Generator | None, shape: tuple[int, ...], dtype, a: float, b: float) -> jax.Array:
@@ -202,7 +225,12 @@ def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float 
     """N(mean, std^2), like ``Tensor.normal_`` (which rejects std < 0)."""
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {_cpp_float(std)}")
-    return mean + std * jax.random.normal(_jax_key(key, "normal_"), tuple(shape), dtype)
+    sample = _jax_draw(jax.random.normal, _jax_key(key, "normal_"), tuple(shape), dtype)
+    if isinstance(sample, jax.core.Tracer) or jnp.dtype(dtype) not in (jnp.float32, jnp.float64):
+        return mean + std * sample
+    # In NumPy, with the same two roundings as jax's eager multiply and add: nothing to compile per shape.
+    values = np.asarray(sample)  # float32 when dtype asks float64 without x64, as jax gives it
+    return jnp.asarray(values.dtype.type(mean) + values.dtype.type(std) * values)
 
 
 def trunc_normal_(

@@ -371,3 +371,34 @@ def test_normal_inits_from_generator_are_reproducible():
     b = J.kaiming_normal_(Generator(3), (64, 32))
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert abs(float(np.asarray(a).std()) * np.sqrt(32) / np.sqrt(2) - 1) < 0.05
+
+
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])  # ~6 s each
+def test_jax_key_draws_are_jaxs_numbers_whatever_the_shape(dtype):
+    """With a jax key, uniform_ and normal_ give jax.random's own numbers for the shape (drawn flat at a
+    bucketed size and cut, so that a model's init compiles a few draws instead of one per weight shape),
+    eagerly and under jit (against jax's draw under the same jit: XLA may fuse the scaling there), over
+    a seeded grid of shapes (empty, scalar, 1-5 dims, around the buckets)."""
+    rng = np.random.default_rng(7)
+    shapes = [(0,), (), (1023,), (1025,), (3, 0, 2), (4097,)]
+    shapes += [tuple(int(d) for d in rng.integers(1, 9, rng.integers(2, 5))) for _ in range(3)]
+    with jax.enable_x64(dtype == "float64"):
+        for i, shape in enumerate(shapes):
+            key = jax.random.key(i)
+            a, b = (float(v) for v in sorted(rng.uniform(-3, 3, 2)))
+            mean, std = float(rng.uniform(-1, 1)), float(rng.uniform(0, 2))
+
+            def ours(k, s=shape, a=a, b=b, mean=mean, std=std):
+                return J.uniform_(k, s, dtype, a, b), J.normal_(k, s, dtype, mean, std)
+
+            def jaxs(k, s=shape, a=a, b=b, mean=mean, std=std):
+                return (jax.random.uniform(k, s, dtype, minval=a, maxval=b),
+                        mean + std * jax.random.normal(k, s, dtype))
+
+            pairs = [(ours(key), jaxs(key))]
+            if i in (2, len(shapes) - 1):  # under a trace the draw is jax's own: two shapes show it
+                pairs.append((jax.jit(ours)(key), jax.jit(jaxs)(key)))
+            for got, want in pairs:
+                for g, w in zip(got, want):
+                    assert g.dtype == w.dtype and g.shape == w.shape, shape
+                    assert np.array_equal(np.asarray(g), np.asarray(w)), shape
