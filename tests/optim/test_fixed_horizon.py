@@ -28,8 +28,10 @@ SCHEDULES = {
     "CosineAnnealingLR": (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 9),
                           lambda: S.cosine_annealing_lr(BASE, T_max=9)),
 }
-GRID = [(name, schedule, steps) for name in sorted(OPTIMIZERS) for schedule, steps in
-        zip(sorted(SCHEDULES) * 2, (5, 23, 17, 40))]
+# One case per optimizer in the default tier, the rest of the grid in the slow one.
+GRID = [pytest.param(name, schedule, steps, marks=[pytest.mark.slow] if i else [])
+        for name in sorted(OPTIMIZERS)
+        for i, (schedule, steps) in enumerate(zip(sorted(SCHEDULES) * 2, (5, 23, 17, 40)))]
 
 
 def _setup(name, schedule, seed):
