@@ -132,9 +132,11 @@ def _machine(data: dict[str, Any]) -> dict[str, Any]:
 
 def _section_train_step(data: dict[str, Any]) -> list[str]:
     lines = ["## Train step and inference", "",
-             "Float32, random data, CrossEntropyLoss, SGD(lr=0.01, momentum=0.9). torch: eager; JAX: one "
-             "`jax.jit` of the split model with the state donated. Targets: train ratio >= 1.0 for "
-             "LeNet and >= 0.8 (time <= 1.25x torch's) for ResNet-18; inference >= 1.0. Times are medians over "
+             "Float32, random data, CrossEntropyLoss (the MNIST example's network: NLLLoss, its dropouts on, "
+             "torch's masks on both sides), SGD(lr=0.01, momentum=0.9). torch: eager; JAX: `jax_impl.train`'s "
+             "step (one `jax.jit` of the split model, the batch an argument, the state donated). Targets: "
+             "train ratio >= 1.0 for LeNet and the MNIST example's network and >= 0.8 (time <= 1.25x torch's) "
+             "for ResNet-18; inference >= 1.0. Times are medians over "
              "all calls; a ratio is paired by round (the calls run in alternating rounds of a JAX block and a "
              "torch block): the median over rounds of torch's block median / JAX's, which cancels the shared "
              "host's drift in speed between rounds.", "",
