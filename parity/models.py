@@ -23,6 +23,7 @@ from flax import nnx
 
 from jax_impl.nn import channels_last_eval
 from parity.convert.modules import module_state
+from parity.import_path import import_object
 
 __all__ = ["LayerRecord", "ModelComparison", "build_models", "check_same_keys", "compare_models", "example_input",
            "import_object", "input_shape", "summary"]
@@ -301,38 +302,6 @@ def build_models(model_config, *, seed: int = 0,
         jax_model = build()
     load_torch_state_dict(jax_model, torch_model.state_dict())
     return torch_model, jax_model
-
-
-def import_object(path: str, key: str) -> Any:
-    """``"package.module:attribute"`` imported, the working directory first on ``sys.path`` (as ``python -m`` does).
-
-    The checkout's root comes last, so the shipped configs' ``examples.*`` import from anywhere.
-
-    Raises:
-      ConfigError: naming ``key`` (the config key that gave ``path``) and why the import failed.
-    """
-    import importlib
-    import os
-    import sys
-
-    from parity.config import ConfigError
-
-    module_name, _, attribute = path.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.isdir(os.path.join(checkout, "examples")) and checkout not in sys.path:
-        sys.path.append(checkout)
-    try:
-        obj = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(f"cannot import {module_name!r} ({error}); is it on PYTHONPATH or in the working "
-                          "directory?", path=key) from None
-    for part in attribute.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"module {module_name!r} has no attribute {attribute!r}", path=key)
-        obj = getattr(obj, part)
-    return obj
 
 
 def _build_user_models(model_config, seed: int, example=None) -> tuple[torch.nn.Module, nnx.Module]:

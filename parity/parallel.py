@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["DDPSpec", "Hosts", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
+__all__ = ["DDPSpec", "Hosts", "build_torch_model", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
            "steps_per_epoch", "torch_reference", "validate_spec"]
 
 
@@ -98,6 +98,9 @@ class DDPSpec:
     resume: dict[str, Any] | None = None
     phases: Any = None  # parity.progress.Phases: a line on stderr at each snapshot; None: silent
     hosts: Hosts | None = None  # this host's part of a run over several hosts; None: every process runs here
+    # A user's model pair by import path, ("pkg.module:TorchModel", "pkg.module:JaxModel"), each called with
+    # model_kwargs; None: torch_ref.models.<model> and jax_impl.models.<model>.
+    model_paths: tuple[str, str] | None = None
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
@@ -145,8 +148,17 @@ def _start(spec: DDPSpec, side: str) -> dict[str, Any] | None:
     return None if spec.resume is None else spec.resume.get(side)
 
 
+def build_torch_model(spec: DDPSpec) -> Any:
+    """``spec``'s torch model, freshly initialised (from torch's global generator as it stands)."""
+    return _build(spec)
+
+
 def _build(spec: DDPSpec) -> Any:
-    """``torch_ref.models.<model>(**model_kwargs)``, freshly initialised."""
+    """``torch_ref.models.<model>(**model_kwargs)`` (or the user's torch model), freshly initialised."""
+    if spec.model_paths is not None:
+        from parity.import_path import import_object
+
+        return import_object(spec.model_paths[0], "model.torch")(**spec.model_kwargs)
     import torch_ref.models as tm
 
     return getattr(tm, spec.model)(**spec.model_kwargs)
@@ -186,7 +198,9 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     ddp = parallel.wrap(model, sync_bn=spec.sync_bn, device="cuda" if cuda else "cpu")
     optimizer = _torch_optimizer(spec, ddp.module)
     scheduler = _torch_scheduler(spec, optimizer)
-    dataset = torch.utils.data.TensorDataset(torch.from_numpy(spec.x).to(dtype), torch.from_numpy(spec.y))
+    inputs = torch.from_numpy(spec.x)
+    dataset = torch.utils.data.TensorDataset(inputs.to(dtype) if inputs.is_floating_point() else inputs,
+                                             torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
     loss_fn = _loss(spec, torch.nn)
@@ -254,7 +268,8 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     recorder = _Recorder(spec, "torch (global batch)")
     state = lambda: {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}  # noqa: E731
     for step, batches in enumerate(_rank_batches(spec, spec.world_size, range(spec.world_size))):
-        x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])).to(dtype)
+        x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches]))
+        x = x.to(dtype) if x.is_floating_point() else x
         y = torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))
         lrs.append(float(optimizer.param_groups[0]["lr"]))
         optimizer.zero_grad()
@@ -333,7 +348,12 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     match_torch_sqrt()  # this process's optimizer uses torch's CPU sqrt, as the runner does
     if spec.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
-    model = getattr(jm, spec.model)(**spec.model_kwargs, rngs=nnx.Rngs(spec.seed))
+    if spec.model_paths is not None:
+        from parity.import_path import import_object
+
+        model = import_object(spec.model_paths[1], "model.jax")(**spec.model_kwargs)
+    else:
+        model = getattr(jm, spec.model)(**spec.model_kwargs, rngs=nnx.Rngs(spec.seed))
     if spec.dtype == "float64":
         cast_jax_model(model, np.float64)
         initial = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in initial.items()}
@@ -374,6 +394,12 @@ def jax_optimizer(spec: DDPSpec, names: list[str]) -> Any:
 
     tx, _ = build_jax_optimizer(spec.optimizer, spec.scheduler, spec.steps_per_epoch(), _groups(spec, names))
     return tx
+
+
+def _inputs(batch: Any, fdtype: Any) -> np.ndarray:
+    """A batch's inputs as NumPy in the run's float dtype; integer inputs (token ids) stay integers."""
+    array = np.asarray(batch)
+    return array.astype(fdtype) if np.issubdtype(array.dtype, np.floating) else array
 
 
 def _state_dict(model) -> dict[str, np.ndarray]:
@@ -426,7 +452,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
             step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean)
             state = parallel.replicate(state, copies=n)
         for batches in _rank_batches(spec, n, range(n)):
-            x = np.stack([np.asarray(b[0], fdtype) for b in batches])
+            x = np.stack([_inputs(b[0], fdtype) for b in batches])
             y = np.stack([np.asarray(b[1]) for b in batches])
             state, loss = step(state, x, y)
             after(float(loss[0]))
@@ -436,7 +462,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         state = jax.device_put(state, NamedSharding(mesh, P()))
         rows = NamedSharding(mesh, P(parallel.AXIS))
         for batches in _rank_batches(spec, n, range(n)):
-            x = jax.device_put(np.concatenate([np.asarray(b[0], fdtype) for b in batches]), rows)
+            x = jax.device_put(np.concatenate([_inputs(b[0], fdtype) for b in batches]), rows)
             y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
             state, loss = step(state, x, y)
             after(float(loss))
@@ -509,7 +535,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
 
     local = spec.world_size // world_size  # this process's devices: DDP ranks rank * local, ..., rank * local + local - 1
     for batches in _rank_batches(spec, spec.world_size, range(rank * local, (rank + 1) * local)):
-        x = np.concatenate([np.asarray(b[0], fdtype) for b in batches])
+        x = np.concatenate([_inputs(b[0], fdtype) for b in batches])
         y = np.concatenate([np.asarray(b[1]) for b in batches])
         gx = jax.make_array_from_process_local_data(rows, x)
         gy = jax.make_array_from_process_local_data(rows, y)

@@ -68,8 +68,8 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         if par.sync_bn and not torch.cuda.is_available():
             raise ConfigError("resuming a SyncBatchNorm run needs CUDA (its CPU reference trains in one process)",
                               path="--resume")
-    if cfg.model.by_import_path:
-        raise ConfigError("data-parallel runs take the built-in models only", path="model")
+    if cfg.model.by_import_path and cfg.model.ported:
+        raise ConfigError("data-parallel runs take the JAX model by import path, not jax: auto", path="model.jax")
     if par.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("backend nccl needs CUDA; use gloo (or auto) on CPU", path="parallel.backend")
     if hosts is not None:
@@ -85,6 +85,16 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
 
     def arrays(train: bool) -> tuple[np.ndarray, np.ndarray]:
+        if getattr(cfg.data.dataset, "arrays", None):  # the user's loader: its own train and held-out arrays
+            from parity.import_path import import_object
+
+            load = import_object(cfg.data.dataset.arrays, "data.dataset.arrays")
+            try:
+                x, y = load(train=train, **cfg.data.dataset.kwargs)
+            except TypeError as error:
+                raise ConfigError(f"{cfg.data.dataset.arrays}(train=..., **kwargs) fails: {error}",
+                                  path="data.dataset") from None
+            return np.asarray(x), np.asarray(y)
         dataset = jdata.build_dataset(cfg.data.dataset, train=train, **split)
         x, y = default_collate([dataset[i] for i in range(len(dataset))])
         return np.asarray(x), np.asarray(y)
@@ -101,12 +111,19 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         raise CheckpointError(f"nothing to do: {ckpt.path} is at step {start} (epoch {ckpt.epoch}) and this run "
                               f"ends at step {steps}; raise train.epochs to train longer")
     ends = tuple(end for end in ends if end > start)
-    spec = DDPSpec(cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y, world_size=n,
+    paths = (cfg.model.torch, cfg.model.jax) if cfg.model.by_import_path else None
+    spec = DDPSpec(cfg.model.torch if paths else cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y,
+                   world_size=n, model_paths=paths,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
                    snapshot_steps=ends, phases=phases if phases.enabled else None,
                    resume=_resume_states(ckpt) if ckpt is not None else None, hosts=hosts)
+    dropout = _dropout_modules(spec) if only != "torch" else []
+    if dropout:
+        raise ConfigError(f"dropout is not supported in data-parallel runs (each rank draws its own masks): "
+                          f"{', '.join(dropout[:3])}{' ...' if len(dropout) > 3 else ''}; set p=0 to compare "
+                          "the rest", path="model")
     try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
         validate_spec(spec)
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
@@ -144,7 +161,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         return report
     phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
     report.steps = report.steps + _steps(runs, per_epoch, start)
-    held_out = arrays(False) if cfg.data.val_fraction > 0 else None
+    held_out = arrays(False) if getattr(cfg.data.dataset, "arrays", None) or cfg.data.val_fraction > 0 else None
     evaluate = _Evaluator(cfg, initial_state(spec), held_out)
     for end in ends:
         report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
@@ -161,6 +178,24 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         _checkpoint(cfg, runs, report, folder / "checkpoint.pt", steps)
         write_report(report, folder)
     return report
+
+
+_DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
+             torch.nn.FeatureAlphaDropout)
+
+
+def _dropout_modules(spec: Any) -> list[str]:
+    """The torch model's submodules that draw dropout masks (``Dropout*`` with ``p > 0``, attention with
+    ``dropout > 0``), by name. Functional dropout in ``forward`` is not visible here."""
+    from parity.parallel import build_torch_model
+
+    found = []
+    for name, module in build_torch_model(spec).named_modules():
+        p = module.p if isinstance(module, _DROPOUTS) else (
+            module.dropout if isinstance(module, torch.nn.MultiheadAttention) else 0.0)
+        if p:
+            found.append(f"{name or 'the model'} ({type(module).__name__}, p={p:g})")
+    return found
 
 
 def _resume_states(ckpt: Any) -> dict[str, Any]:
@@ -261,7 +296,9 @@ class _Evaluator:
     def torch(self, state: dict[str, np.ndarray]) -> np.ndarray:
         self.torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         with torch.no_grad():
-            return self.torch_model(torch.from_numpy(self.held_out[0]).to(self.t_dtype)).argmax(1).numpy()
+            inputs = torch.from_numpy(self.held_out[0])
+            inputs = inputs.to(self.t_dtype) if inputs.is_floating_point() else inputs
+            return self.torch_model(inputs).argmax(1).numpy()
 
     def jax(self, state: dict[str, np.ndarray]) -> np.ndarray:
         import jax.numpy as jnp
@@ -269,7 +306,9 @@ class _Evaluator:
         from parity.convert.modules import load_torch_state_dict
 
         load_torch_state_dict(self.jax_model, state)
-        return np.asarray(self.jax_model(jnp.asarray(self.held_out[0], self.np_dtype)).argmax(1))
+        inputs = self.held_out[0]
+        inputs = inputs.astype(self.np_dtype) if np.issubdtype(inputs.dtype, np.floating) else inputs
+        return np.asarray(self.jax_model(jnp.asarray(inputs)).argmax(1))
 
 
 def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None,

@@ -9,7 +9,9 @@ from parity import assert_parity
 
 
 def assert_same_trajectory(torch_params, torch_opt, torch_sched, tx, params, shapes, rng, steps):
-    """Steps both sides on the same seeded gradients (scheduler after each step) and asserts bit-identity."""
+    """Steps both sides on the same seeded gradients (scheduler after each step) and asserts bit-identity.
+
+    Returns ``(jitted step, state, params, last gradients)`` of the JAX side, to step it further."""
     jax_params = {k: jnp.asarray(v) for k, v in params.items()}
     state = tx.init(jax_params)
     step = jax.jit(tx.step)
@@ -21,3 +23,4 @@ def assert_same_trajectory(torch_params, torch_opt, torch_sched, tx, params, sha
         torch_sched.step()
         jax_params, state = step(grads, state, jax_params)
     assert_parity({k: v.detach() for k, v in torch_params.items()}, jax_params)  # bit-identical
+    return step, state, jax_params, grads

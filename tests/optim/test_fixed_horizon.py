@@ -11,6 +11,7 @@ from jax_impl import optim
 from jax_impl.optim import _base
 from jax_impl.optim import lr_scheduler as S
 from parity import strict_numerics
+from tests.optim._scheduled import assert_same_trajectory
 
 BASE = 0.05
 
@@ -57,17 +58,10 @@ def test_a_step_traced_for_its_horizon_is_torchs_and_has_no_callback(name, sched
     # Without the horizon (jax caches a function's trace: each lambda is traced afresh).
     assert "callback" in jax.jit(lambda *a: tx.step(*a)).lower(grads, state, jax_params).as_text()
     with optim.fixed_horizon(steps):
-        step = jax.jit(lambda *a: tx.step(*a))
-        assert "callback" not in step.lower(grads, state, jax_params).as_text()
-        for _ in range(steps):
-            grads = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-            for k, p in torch_params.items():
-                p.grad = torch.from_numpy(grads[k])
-            torch_opt.step()
-            torch_sched.step()
-            jax_params, state = step(grads, state, jax_params)
-    for k, p in torch_params.items():  # bit for bit, as without the horizon
-        assert np.array_equal(p.detach().numpy(), np.asarray(jax_params[k])), k
+        assert "callback" not in jax.jit(lambda *a: tx.step(*a)).lower(grads, state, jax_params).as_text()
+        # torch's trajectory bit for bit, as without the horizon (the helper's jit traces in the block).
+        step, state, jax_params, grads = assert_same_trajectory(torch_params, torch_opt, torch_sched, tx, params,
+                                                                shapes, rng, steps)
     # One step past the table: NaN parameters, never a step on a made-up learning rate.
     jax_params, state = step(grads, state, jax_params)
     assert all(np.isnan(np.asarray(v)).all() for v in jax_params.values())

@@ -75,6 +75,27 @@ def test_one_framework_alone(tmp_path, only):
     assert not math.isnan(getattr(epoch, f"{only}_accuracy")) and math.isnan(epoch.agreement)
 
 
+USER_MODEL = ('model={torch: "tests.parity._dp_models:TorchNet", jax: "tests.parity._dp_models:JaxNet", '
+              'kwargs: {width: 4}}')
+
+
+@pytest.mark.slow  # ~40 s: 2 torch ranks, then 2 JAX devices (float64: no floor twin)
+@pytest.mark.parametrize("sync_bn", [False, True])
+def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn):
+    """A user's conv net with BatchNorm (tests/parity/_dp_models.py), named by import path, on 2 ranks in
+    float64: torch DDP (or, with SyncBatchNorm, torch's global-batch reference) vs JAX's sharded step, 30
+    steps crossing an epoch (23 steps each). float64 is strict: parameters and running statistics within
+    1e-10 (measured 1e-15 or below)."""
+    cfg = load_config("lenet_digits_ddp", [USER_MODEL, "train.dtype=float64", "parallel.jax_mode=sharded",
+                                           f"parallel.sync_bn={str(sync_bn).lower()}", "data.batch_size=32",
+                                           "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
+    report = run_experiment(cfg, max_steps=30, runs_dir=tmp_path, progress=False)
+    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
+    assert report.epochs[-1].buffer_max_rel <= 1e-10 and report.epochs[-1].agreement == 1.0
+    assert set(report.epochs[-1].leaves) == {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight",
+                                             "fc.bias", "bn.running_mean", "bn.running_var"}
+
+
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
     for override in ("data.transform=[ToTensor]", "model.init=seed", "train.accumulate=2"):
@@ -82,6 +103,11 @@ def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
         assert "not supported in data-parallel runs" in capsys.readouterr().err
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
     assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
+    dropout = USER_MODEL.replace("width: 4", "width: 4, dropout: 0.5")
+    assert main([*args, dropout]) == 2  # each rank's masks are not reproduced: refused, naming the module
+    assert "dropout is not supported in data-parallel runs" in capsys.readouterr().err
+    assert main([*args, USER_MODEL.replace('jax: "tests.parity._dp_models:JaxNet"', "jax: auto")]) == 2
+    assert "not jax: auto" in capsys.readouterr().err
     for flag in (["--allow-config-change"], ["--resume-from", "torch"]):
         assert main([*args, "--resume", str(tmp_path / "checkpoint.pt"), *flag]) == 2
         assert f"{flag[0]} is not supported for data-parallel runs" in capsys.readouterr().err
