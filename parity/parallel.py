@@ -28,11 +28,13 @@ batches are smaller, equally on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -226,6 +228,9 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
                 "scheduler": None if scheduler is None else copy.deepcopy(scheduler.state_dict())}
 
     ddp.train()
+    # Each rank's own stream, as torchvision's reference scripts seed it: its dropout masks and its loader's
+    # base seed per epoch (the JAX replicas draw the same from jax_impl.random.replica_generators).
+    torch.manual_seed(spec.seed + rank)
     while step < spec.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
@@ -313,15 +318,26 @@ def _torch_scheduler(spec: DDPSpec, optimizer: Any) -> Any:
     return build_scheduler(spec.scheduler, optimizer)
 
 
-def _rank_batches(spec: DDPSpec, world_size: int, ranks: range):
+def rank_generators(spec: DDPSpec, ranks: range) -> list[Any]:
+    """One ``jax_impl.random.Generator`` per rank of the world (``None`` for ranks not in ``ranks``), each
+    where torch's rank leaves its global generator before training: ``torch.manual_seed(seed + rank)``."""
+    from jax_impl.random import Generator
+
+    return [Generator().manual_seed(spec.seed + r) if r in ranks else None for r in range(spec.world_size)]
+
+
+def _rank_batches(spec: DDPSpec, world_size: int, ranks: range, generators: Sequence[Any] | None = None):
     """Per step: a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's order),
-    from the JAX side's resume point if there is one."""
+    from the JAX side's resume point if there is one. ``generators[r]`` is rank ``r``'s global generator,
+    which its loader draws each epoch's base seed from (torch's loader takes the global one)."""
     from jax_impl.data import DataLoader, DistributedSampler, TensorDataset
 
     dataset = TensorDataset(spec.x, spec.y)
     samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=spec.seed)
                 for r in ranks]
-    loaders = [DataLoader(dataset, batch_size=spec.local_batch, sampler=s) for s in samplers]
+    loaders = [DataLoader(dataset, batch_size=spec.local_batch, sampler=s,
+                          generator=None if generators is None else generators[r])
+               for r, s in zip(ranks, samplers, strict=True)]
     start = _start(spec, "jax")
     step, epoch = (start["step"], start["epoch"]) if start is not None else (0, 0)
     while step < spec.steps:
@@ -416,6 +432,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
 
     import jax_impl.nn as jnn
     from jax_impl import parallel
+    from jax_impl.random import replica_generators
 
     n = spec.world_size
     devices = jax.local_devices()[:n]
@@ -444,6 +461,10 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         recorder.after(done + len(losses), state_dict, loss)
         recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
 
+    generators = rank_generators(spec, range(n))
+    # Dropout draws each replica's masks from its rank's generator (traced on the first call, in here);
+    # vmap's replicas share one callback, so dropout is refused there (parity.parallel_runner).
+    routing = replica_generators(parallel.AXIS, generators) if spec.mode != "vmap" else contextlib.nullcontext()
     if replicated:
         if spec.mode == "pmap":
             step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices, ordered_mean=spec.ordered_mean)
@@ -451,21 +472,23 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         else:
             step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean)
             state = parallel.replicate(state, copies=n)
-        for batches in _rank_batches(spec, n, range(n)):
-            x = np.stack([_inputs(b[0], fdtype) for b in batches])
-            y = np.stack([np.asarray(b[1]) for b in batches])
-            state, loss = step(state, x, y)
-            after(float(loss[0]))
+        with routing:
+            for batches in _rank_batches(spec, n, range(n), generators):
+                x = np.stack([_inputs(b[0], fdtype) for b in batches])
+                y = np.stack([np.asarray(b[1]) for b in batches])
+                state, loss = step(state, x, y)
+                after(float(loss[0]))
     else:
         mesh = Mesh(np.array(devices), (parallel.AXIS,))
         step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh, ordered_mean=spec.ordered_mean)
         state = jax.device_put(state, NamedSharding(mesh, P()))
         rows = NamedSharding(mesh, P(parallel.AXIS))
-        for batches in _rank_batches(spec, n, range(n)):
-            x = jax.device_put(np.concatenate([_inputs(b[0], fdtype) for b in batches]), rows)
-            y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
-            state, loss = step(state, x, y)
-            after(float(loss))
+        with routing:
+            for batches in _rank_batches(spec, n, range(n), generators):
+                x = jax.device_put(np.concatenate([_inputs(b[0], fdtype) for b in batches]), rows)
+                y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
+                state, loss = step(state, x, y)
+                after(float(loss))
     return recorder.result(losses, state=state_dict())
 
 
@@ -510,6 +533,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
 
     import jax_impl.nn as jnn
     from jax_impl import parallel
+    from jax_impl.random import replica_generators
 
     graphdef, state, tx, done = _jax_start(spec, initial)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
@@ -534,15 +558,18 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
         return _jax_resume_state(graphdef, local_state())
 
     local = spec.world_size // world_size  # this process's devices: DDP ranks rank * local, ..., rank * local + local - 1
-    for batches in _rank_batches(spec, spec.world_size, range(rank * local, (rank + 1) * local)):
-        x = np.concatenate([_inputs(b[0], fdtype) for b in batches])
-        y = np.concatenate([np.asarray(b[1]) for b in batches])
-        gx = jax.make_array_from_process_local_data(rows, x)
-        gy = jax.make_array_from_process_local_data(rows, y)
-        state, loss = step(state, gx, gy)
-        losses.append(float(loss))
-        recorder.after(done + len(losses), state_dict, losses[-1])
-        recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
+    mine = range(rank * local, (rank + 1) * local)
+    generators = rank_generators(spec, mine)
+    with replica_generators(parallel.AXIS, generators):  # dropout: each replica its rank's generator
+        for batches in _rank_batches(spec, spec.world_size, mine, generators):
+            x = np.concatenate([_inputs(b[0], fdtype) for b in batches])
+            y = np.concatenate([np.asarray(b[1]) for b in batches])
+            gx = jax.make_array_from_process_local_data(rows, x)
+            gy = jax.make_array_from_process_local_data(rows, y)
+            state, loss = step(state, gx, gy)
+            losses.append(float(loss))
+            recorder.after(done + len(losses), state_dict, losses[-1])
+            recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
     if rank != 0:
         return None
     return recorder.result(losses, state=state_dict())

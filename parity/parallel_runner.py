@@ -120,10 +120,13 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                    snapshot_steps=ends, phases=phases if phases.enabled else None,
                    resume=_resume_states(ckpt) if ckpt is not None else None, hosts=hosts)
     dropout = _dropout_modules(spec) if only != "torch" else []
-    if dropout:
-        raise ConfigError(f"dropout is not supported in data-parallel runs (each rank draws its own masks): "
-                          f"{', '.join(dropout[:3])}{' ...' if len(dropout) > 3 else ''}; set p=0 to compare "
-                          "the rest", path="model")
+    why = ("with jax_mode vmap (its replicas share one host callback; use pmap or sharded)" if spec.mode == "vmap"
+           else "with SyncBatchNorm on CPU (its torch reference trains the global batch in one process)"
+           if par.sync_bn and not torch.cuda.is_available() else "on resume (the ranks' generators are not in "
+           "the checkpoint)" if ckpt is not None else None)
+    if dropout and why:
+        raise ConfigError(f"dropout in a data-parallel run is not supported {why}: "
+                          f"{', '.join(dropout[:3])}{' ...' if len(dropout) > 3 else ''}", path="model")
     try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
         validate_spec(spec)
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:

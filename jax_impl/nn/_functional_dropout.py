@@ -28,6 +28,9 @@ Where the mask comes from:
   (:meth:`jax_impl.random.Generator.staged_bernoulli`). ``jax.vmap`` over
   it raises, as ``torch.func.vmap`` refuses random draws by default, and so
   does ``jax.checkpoint`` (JAX refuses ordered effects there): use ``rng=``.
+  Inside ``jax_impl.random.replica_generators(axis_name, generators)`` a
+  data-parallel step's replica ``i`` draws from ``generators[i]``, as torch
+  DDP's rank ``i`` draws from its own global generator.
 - ``rng=<jax PRNG key>``: ``jax.random.bernoulli(rng, 1 - p, noise_shape)``,
   for users who do not need torch's numbers (no host callback).
 
@@ -42,7 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl.random import default_generator
+from jax_impl.random import current_replica_generators, default_generator
+from jax_impl.random.replicas import staged_bernoulli as replica_staged_bernoulli
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d"]
 
@@ -57,6 +61,8 @@ def _keep_mask(x, keep_prob: float, rng, noise_shape: tuple[int, ...]):
     if rng is not None:
         return jax.random.bernoulli(rng, keep_prob, noise_shape)
     if isinstance(x, jax.core.Tracer):
+        if current_replica_generators() is not None:  # a data-parallel step: each replica its rank's stream
+            return replica_staged_bernoulli(noise_shape, keep_prob, tied_to=x)
         return default_generator.staged_bernoulli(noise_shape, keep_prob, tied_to=x)
     return jnp.asarray(default_generator.bernoulli(noise_shape, keep_prob))
 

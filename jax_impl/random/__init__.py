@@ -9,7 +9,9 @@ from these generators, so after ``torch.manual_seed(s)`` and
   draw, state bytes included;
 - :data:`default_generator`, :func:`manual_seed`, :func:`initial_seed`,
   :func:`seed`, :func:`get_rng_state`, :func:`set_rng_state` mirror
-  ``torch.default_generator`` and the functions of ``torch/random.py``.
+  ``torch.default_generator`` and the functions of ``torch/random.py``;
+- :func:`replica_generators`: one generator per data-parallel replica, as
+  torch DDP's ranks each have their own (traced dropout draws).
 """
 
 from jax_impl.random.generator import (
@@ -22,8 +24,9 @@ from jax_impl.random.generator import (
     seed,
     set_rng_state,
 )
+from jax_impl.random.replicas import current_replica_generators, replica_generators
 
 __all__ = [
     "DEFAULT_SEED", "Generator", "default_generator", "get_rng_state", "initial_seed", "manual_seed", "seed",
-    "set_rng_state",
+    "set_rng_state", "current_replica_generators", "replica_generators",
 ]

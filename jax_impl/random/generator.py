@@ -359,6 +359,40 @@ class Generator:
         return io_callback(draw, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, ordered=True)
 
 
+def staged_bernoulli_per_replica(generators: Sequence[Generator | None], axis_name: str, size: int | Sequence[int],
+                                 p: float, *, tied_to: Any) -> Any:
+    """:meth:`Generator.staged_bernoulli` where replica ``i`` of the mapped axis ``axis_name`` draws from
+    ``generators[i]`` (``None``: a replica another process runs; a draw routed there raises).
+
+    The replica's index (``lax.axis_index``) goes to the host with the draw;
+    each replica's ordered callbacks run in its own program order and each
+    reads and advances only its own generator. Host draws from these
+    generators made afterwards wait for the staged ones, as for
+    :meth:`Generator.staged_bernoulli`.
+    """
+    p = _check_probability(p)
+    shape = _shape(size)
+    count = math.prod(shape)
+    engines = [None if g is None else g._engine for g in generators]
+    for g in generators:
+        if g is not None:
+            g._staged_by = os.getpid()
+
+    def draw(index, *_) -> np.ndarray:
+        engine = engines[int(index)]
+        if engine is None:
+            raise RuntimeError(f"replica {int(index)} draws in another process: its generator is not here")
+        return _rng.bernoulli(engine, count, p).reshape(shape)
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import io_callback
+
+    tie = jax.lax.stop_gradient(jnp.ravel(tied_to))[:0]
+    return io_callback(draw, jax.ShapeDtypeStruct(shape, jnp.bool_), jax.lax.axis_index(axis_name), tie,
+                       ordered=True)
+
+
 default_generator = Generator(secrets.randbits(53))
 """Module-level generator mirroring ``torch.default_generator``."""
 

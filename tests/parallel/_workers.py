@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -110,3 +111,28 @@ def single_vs_replicated(rank: int, world_size: int, n: int) -> dict[str, float]
     return {"devices": jax.device_count(), "pmap_vs_full": scaled(pmapped, full),
             "sharded_vs_full": scaled(sharded, full), "pmap_vs_sharded": scaled(pmapped, sharded),
             "vmap_vs_pmap": scaled(vmapped, pmapped)}
+
+
+def replica_dropout_masks(rank: int, world_size: int, seeds: list[int], shape: tuple[int, ...]) -> dict[str, Any]:
+    """In a process of 2 devices: dropout's keep masks of each replica under pmap and under the sharded
+    step's shard_map, each replica drawing from its own generator (jax_impl.random.replica_generators)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    import jax_impl.nn.functional as JF
+    from jax_impl.random import Generator, replica_generators
+
+    x = jnp.ones((2, *shape), jnp.float32)
+    out = {}
+    with replica_generators("b", [Generator().manual_seed(s) for s in seeds]):
+        step = jax.pmap(lambda a: JF.dropout(a, 0.5), axis_name="b")
+        out["pmap"] = [np.asarray(step(x)) != 0 for _ in range(2)]  # two calls: the streams advance
+    mesh = Mesh(np.array(jax.devices()), ("b",))
+    with replica_generators("b", [Generator().manual_seed(s) for s in seeds]):
+        sharded = jax.jit(jax.shard_map(lambda a: JF.dropout(a, 0.5), mesh=mesh, in_specs=P("b"),
+                                        out_specs=P("b"), check_vma=False))
+        flat = x.reshape(-1, *shape[1:])
+        out["sharded"] = [np.asarray(sharded(flat)).reshape(2, *shape) != 0 for _ in range(2)]
+    return out

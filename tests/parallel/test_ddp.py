@@ -34,6 +34,21 @@ def _data(n: int, shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np
     return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, 10, n)
 
 
+@pytest.mark.slow  # ~5 s: a spawned process of 2 devices
+def test_each_replica_draws_its_ranks_dropout_masks() -> None:
+    """jax_impl.random.replica_generators: replica r's dropout masks are the ones torch draws after
+    torch.manual_seed(seed_r) on rank r (two calls each, under pmap and under shard_map)."""
+    import torch
+
+    seeds, shape = [11, 12], (4, 6)
+    result = spawn(_workers.replica_dropout_masks, 1, (seeds, shape), local_devices=2, timeout=300)[0]
+    for r, seed in enumerate(seeds):
+        torch.manual_seed(seed)
+        want = [torch.empty(shape).bernoulli_(0.5).bool().numpy() for _ in range(2)]
+        for mode in ("pmap", "sharded"):
+            assert all(np.array_equal(got[r], w) for got, w in zip(result[mode], want, strict=True)), (mode, r)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 def test_n_devices_equal_one_device_full_batch(n: int) -> None:

@@ -79,14 +79,17 @@ USER_MODEL = ('model={torch: "tests.parity._dp_models:TorchNet", jax: "tests.par
               'kwargs: {width: 4}}')
 
 
-@pytest.mark.slow  # ~40 s: 2 torch ranks, then 2 JAX devices (float64: no floor twin)
-@pytest.mark.parametrize("sync_bn", [False, True])
-def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn):
+@pytest.mark.slow  # ~20 s each: 2 torch ranks, then 2 JAX devices (float64: no floor twin)
+@pytest.mark.parametrize(("sync_bn", "dropout", "mode"), [(False, 0.0, "sharded"), (True, 0.0, "sharded"),
+                                                          (False, 0.5, "pmap")])
+def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn, dropout, mode):
     """A user's conv net with BatchNorm (tests/parity/_dp_models.py), named by import path, on 2 ranks in
-    float64: torch DDP (or, with SyncBatchNorm, torch's global-batch reference) vs JAX's sharded step, 30
-    steps crossing an epoch (23 steps each). float64 is strict: parameters and running statistics within
-    1e-10 (measured 1e-15 or below)."""
-    cfg = load_config("lenet_digits_ddp", [USER_MODEL, "train.dtype=float64", "parallel.jax_mode=sharded",
+    float64: torch DDP (or, with SyncBatchNorm, torch's global-batch reference) vs JAX's step, 30 steps
+    crossing an epoch (23 steps each). With dropout each torch rank draws from its own generator (seeded
+    seed + rank) and so does each JAX replica, loader base seeds included. float64 is strict: parameters
+    and running statistics within 1e-10 (measured 2.2e-15 or below)."""
+    model = USER_MODEL.replace("width: 4", f"width: 4, dropout: {dropout}")
+    cfg = load_config("lenet_digits_ddp", [model, "train.dtype=float64", f"parallel.jax_mode={mode}",
                                            f"parallel.sync_bn={str(sync_bn).lower()}", "data.batch_size=32",
                                            "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
     report = run_experiment(cfg, max_steps=30, runs_dir=tmp_path, progress=False)
@@ -94,6 +97,18 @@ def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn):
     assert report.epochs[-1].buffer_max_rel <= 1e-10 and report.epochs[-1].agreement == 1.0
     assert set(report.epochs[-1].leaves) == {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight",
                                              "fc.bias", "bn.running_mean", "bn.running_var"}
+
+
+@pytest.mark.slow  # ~40 s: 2 torch ranks, then 2 JAX processes
+def test_the_mnist_example_runs_data_parallel(tmp_path):
+    """configs/mnist_example.yaml (the user's network with two dropouts and the user's data by import path,
+    Adadelta, StepLR, NLLLoss, float64), narrower, on 2 ranks vs 2 JAX processes: strict, measured 1e-15."""
+    cfg = load_config("mnist_example", ["model.kwargs={c1: 4, c2: 8, hidden: 16, image_size: 28}",
+                                        "parallel.world_size=2", "parallel.jax_mode=sharded",
+                                        "parallel.processes=2"])
+    report = run_experiment(cfg, runs_dir=tmp_path, progress=False)
+    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
+    assert len(report.epochs) == 2 and report.epochs[-1].agreement == 1.0
 
 
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
@@ -104,8 +119,8 @@ def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
     assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
     dropout = USER_MODEL.replace("width: 4", "width: 4, dropout: 0.5")
-    assert main([*args, dropout]) == 2  # each rank's masks are not reproduced: refused, naming the module
-    assert "dropout is not supported in data-parallel runs" in capsys.readouterr().err
+    assert main([*args, dropout, "parallel.jax_mode=vmap"]) == 2  # vmap's replicas share one draw
+    assert "dropout in a data-parallel run is not supported with jax_mode vmap" in capsys.readouterr().err
     assert main([*args, USER_MODEL.replace('jax: "tests.parity._dp_models:JaxNet"', "jax: auto")]) == 2
     assert "not jax: auto" in capsys.readouterr().err
     for flag in (["--allow-config-change"], ["--resume-from", "torch"]):
