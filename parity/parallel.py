@@ -103,6 +103,10 @@ class DDPSpec:
     # A user's model pair by import path, ("pkg.module:TorchModel", "pkg.module:JaxModel"), each called with
     # model_kwargs; None: torch_ref.models.<model> and jax_impl.models.<model>.
     model_paths: tuple[str, str] | None = None
+    # torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm, clip_grad_norm_type) between
+    # backward (DDP's averaged gradients) and the optimizer step; None: no clipping.
+    clip_grad_norm: float | None = None
+    clip_grad_norm_type: float = 2.0
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
@@ -153,6 +157,14 @@ def _start(spec: DDPSpec, side: str) -> dict[str, Any] | None:
 def build_torch_model(spec: DDPSpec) -> Any:
     """``spec``'s torch model, freshly initialised (from torch's global generator as it stands)."""
     return _build(spec)
+
+
+def _clip(spec: DDPSpec, model: Any) -> None:
+    """The recipe's ``clip_grad_norm_`` on the (already averaged) gradients, if the spec asks for it."""
+    if spec.clip_grad_norm is not None:
+        import torch
+
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip_grad_norm, spec.clip_grad_norm_type)
 
 
 def _build(spec: DDPSpec) -> Any:
@@ -240,6 +252,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             optimizer.zero_grad()
             loss = loss_fn(ddp(x.to(device)), y.to(device))
             loss.backward()
+            _clip(spec, ddp.module)
             optimizer.step()
             mean = loss.detach().clone()
             dist.all_reduce(mean)
@@ -280,6 +293,7 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
+        _clip(spec, model)
         optimizer.step()
         losses.append(float(loss.detach()))
         recorder.after(step + 1, state, losses[-1])
@@ -412,6 +426,10 @@ def jax_optimizer(spec: DDPSpec, names: list[str]) -> Any:
     return tx
 
 
+def _clip_args(spec: DDPSpec) -> dict[str, Any]:
+    return {"clip_grad_norm": spec.clip_grad_norm, "norm_type": spec.clip_grad_norm_type}
+
+
 def _inputs(batch: Any, fdtype: Any) -> np.ndarray:
     """A batch's inputs as NumPy in the run's float dtype; integer inputs (token ids) stay integers."""
     array = np.asarray(batch)
@@ -467,10 +485,11 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     routing = replica_generators(parallel.AXIS, generators) if spec.mode != "vmap" else contextlib.nullcontext()
     if replicated:
         if spec.mode == "pmap":
-            step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices, ordered_mean=spec.ordered_mean)
+            step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices, ordered_mean=spec.ordered_mean,
+                                            **_clip_args(spec))
             state = parallel.replicate(state, devices)
         else:
-            step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean)
+            step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean, **_clip_args(spec))
             state = parallel.replicate(state, copies=n)
         with routing:
             for batches in _rank_batches(spec, n, range(n), generators):
@@ -480,7 +499,8 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
                 after(float(loss[0]))
     else:
         mesh = Mesh(np.array(devices), (parallel.AXIS,))
-        step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh, ordered_mean=spec.ordered_mean)
+        step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh, ordered_mean=spec.ordered_mean,
+                                           **_clip_args(spec))
         state = jax.device_put(state, NamedSharding(mesh, P()))
         rows = NamedSharding(mesh, P(parallel.AXIS))
         with routing:
@@ -538,7 +558,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     graphdef, state, tx, done = _jax_start(spec, initial)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
     step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh,
-                                       ordered_mean=spec.ordered_mean)
+                                       ordered_mean=spec.ordered_mean, **_clip_args(spec))
     state = jax.device_put(state, NamedSharding(mesh, P()))
     rows = NamedSharding(mesh, P(parallel.AXIS))
     fdtype = np.float64 if spec.dtype == "float64" else np.float32

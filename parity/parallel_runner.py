@@ -113,7 +113,8 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     ends = tuple(end for end in ends if end > start)
     paths = (cfg.model.torch, cfg.model.jax) if cfg.model.by_import_path else None
     spec = DDPSpec(cfg.model.torch if paths else cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y,
-                   world_size=n, model_paths=paths,
+                   world_size=n, model_paths=paths, clip_grad_norm=cfg.train.clip_grad_norm,
+                   clip_grad_norm_type=cfg.train.clip_grad_norm_type,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jax_impl.nn.utils import clip_grad_norm_
 from jax_impl.train import TrainState, init_train_state, loss_and_grads, merge_model
 
 __all__ = [
@@ -87,6 +88,8 @@ def train_step_fn(
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
     ordered_mean: bool = False,
+    clip_grad_norm: float | None = None,
+    norm_type: float = 2.0,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The per-replica DDP step ``(state, x, y) -> (state, mean loss over replicas)``.
 
@@ -109,6 +112,10 @@ def train_step_fn(
         in-process all-reduce, gloo across processes): the step then gives
         the same bits on N devices in one process and on N devices spread
         over several. Costs N copies of the gradients on each device.
+      clip_grad_norm: ``max_norm`` of ``torch.nn.utils.clip_grad_norm_(model.parameters(),
+        max_norm, norm_type)`` called between ``backward()`` (DDP's averaged
+        gradients, the same on every rank) and ``step()``; ``None`` clips nothing.
+      norm_type: the clip's ``p``.
 
     Returns:
       The step function. Its loss is the mean of the replicas' local losses.
@@ -118,6 +125,8 @@ def train_step_fn(
     def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
         loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
         grads = _mean(grads, axis_name, ordered_mean)
+        if clip_grad_norm is not None:
+            grads = clip_grad_norm_(grads, clip_grad_norm, norm_type)[1]
         if hasattr(tx, "step"):
             params, opt_state = tx.step(grads, state.opt_state, state.params)
         else:
@@ -158,6 +167,8 @@ def pmap_train_step(
     broadcast_buffers: bool = True,
     devices: list[Any] | None = None,
     ordered_mean: bool = False,
+    clip_grad_norm: float | None = None,
+    norm_type: float = 2.0,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The DDP step under ``jax.pmap``: state from :func:`replicate`, batches shaped ``(devices, local_batch, ...)``.
 
@@ -165,7 +176,7 @@ def pmap_train_step(
     loss replicated (``loss[0]`` is the mean over replicas).
     """
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
-                         ordered_mean=ordered_mean)
+                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type)
     return jax.pmap(step, axis_name=axis_name, devices=devices, donate_argnums=(0,))
 
 
@@ -178,6 +189,8 @@ def sharded_train_step(
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
     ordered_mean: bool = False,
+    clip_grad_norm: float | None = None,
+    norm_type: float = 2.0,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The DDP step as ``jax.jit`` of ``shard_map`` over ``mesh`` (pmap's successor).
 
@@ -191,7 +204,7 @@ def sharded_train_step(
     from jax.sharding import PartitionSpec as P
 
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
-                         ordered_mean=ordered_mean)
+                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type)
     mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(axis_name), P(axis_name)), out_specs=(P(), P()),
                            check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,))
@@ -205,6 +218,8 @@ def vmap_train_step(
     axis_name: str = AXIS,
     broadcast_buffers: bool = True,
     ordered_mean: bool = False,
+    clip_grad_norm: float | None = None,
+    norm_type: float = 2.0,
 ) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
     """The DDP step for N replicas on one device: ``jax.jit`` of ``jax.vmap`` over a named axis.
 
@@ -215,5 +230,5 @@ def vmap_train_step(
     arithmetic where fewer than N devices exist.
     """
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
-                         ordered_mean=ordered_mean)
+                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type)
     return jax.jit(jax.vmap(step, axis_name=axis_name), donate_argnums=(0,))

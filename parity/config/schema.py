@@ -355,7 +355,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         if self.parallel is not None and self.parallel.world_size > 1:
-            for section, key, default in (("train", "clip_grad_norm", None), ("train", "accumulate", 1),
+            for section, key, default in (("train", "accumulate", 1),
                                           ("train", "autocast", None),
                                           ("data", "transform", ()), ("data", "eval_transform", None),
                                           ("model", "init", "copy")):

@@ -80,16 +80,19 @@ USER_MODEL = ('model={torch: "tests.parity._dp_models:TorchNet", jax: "tests.par
 
 
 @pytest.mark.slow  # ~20 s each: 2 torch ranks, then 2 JAX devices (float64: no floor twin)
-@pytest.mark.parametrize(("sync_bn", "dropout", "mode"), [(False, 0.0, "sharded"), (True, 0.0, "sharded"),
-                                                          (False, 0.5, "pmap")])
-def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn, dropout, mode):
+@pytest.mark.parametrize(("sync_bn", "dropout", "mode", "clip"), [(False, 0.0, "sharded", None),
+                                                                  (True, 0.0, "sharded", None),
+                                                                  (False, 0.5, "pmap", 0.05)])
+def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn, dropout, mode, clip):
     """A user's conv net with BatchNorm (tests/parity/_dp_models.py), named by import path, on 2 ranks in
     float64: torch DDP (or, with SyncBatchNorm, torch's global-batch reference) vs JAX's step, 30 steps
     crossing an epoch (23 steps each). With dropout each torch rank draws from its own generator (seeded
-    seed + rank) and so does each JAX replica, loader base seeds included. float64 is strict: parameters
-    and running statistics within 1e-10 (measured 2.2e-15 or below)."""
+    seed + rank) and so does each JAX replica, loader base seeds included; clip_grad_norm clips DDP's
+    averaged gradients on every rank (at 0.05 it clips every step). float64 is strict: parameters and
+    running statistics within 1e-10 (measured 2.2e-15 or below)."""
     model = USER_MODEL.replace("width: 4", f"width: 4, dropout: {dropout}")
-    cfg = load_config("lenet_digits_ddp", [model, "train.dtype=float64", f"parallel.jax_mode={mode}",
+    clipped = [] if clip is None else [f"train.clip_grad_norm={clip}"]
+    cfg = load_config("lenet_digits_ddp", [model, *clipped, "train.dtype=float64", f"parallel.jax_mode={mode}",
                                            f"parallel.sync_bn={str(sync_bn).lower()}", "data.batch_size=32",
                                            "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
     report = run_experiment(cfg, max_steps=30, runs_dir=tmp_path, progress=False)
