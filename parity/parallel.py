@@ -39,8 +39,21 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["DDPSpec", "Hosts", "build_torch_model", "compare_ddp", "divergence", "initial_state", "jax_optimizer", "jax_run", "param_names",
-           "steps_per_epoch", "torch_reference", "validate_spec"]
+__all__ = [
+    "DDPSpec",
+    "Hosts",
+    "build_torch_model",
+    "compare_ddp",
+    "divergence",
+    "initial_state",
+    "jax_optimizer",
+    "jax_run",
+    "param_names",
+    "rank_generators",
+    "steps_per_epoch",
+    "torch_reference",
+    "validate_spec",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,11 +167,6 @@ def _start(spec: DDPSpec, side: str) -> dict[str, Any] | None:
     return None if spec.resume is None else spec.resume.get(side)
 
 
-def build_torch_model(spec: DDPSpec) -> Any:
-    """``spec``'s torch model, freshly initialised (from torch's global generator as it stands)."""
-    return _build(spec)
-
-
 def _clip(spec: DDPSpec, model: Any) -> None:
     """The recipe's ``clip_grad_norm_`` on the (already averaged) gradients, if the spec asks for it."""
     if spec.clip_grad_norm is not None:
@@ -167,8 +175,9 @@ def _clip(spec: DDPSpec, model: Any) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip_grad_norm, spec.clip_grad_norm_type)
 
 
-def _build(spec: DDPSpec) -> Any:
-    """``torch_ref.models.<model>(**model_kwargs)`` (or the user's torch model), freshly initialised."""
+def build_torch_model(spec: DDPSpec) -> Any:
+    """``torch_ref.models.<model>(**model_kwargs)`` (or the user's torch model), freshly initialised from
+    torch's global generator as it stands."""
     if spec.model_paths is not None:
         from parity.import_path import import_object
 
@@ -183,7 +192,7 @@ def initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
     import torch
 
     torch.manual_seed(spec.seed)
-    return {k: v.detach().numpy().copy() for k, v in _build(spec).state_dict().items()}
+    return {k: v.detach().numpy().copy() for k, v in build_torch_model(spec).state_dict().items()}
 
 
 def _torch_model(spec: DDPSpec, initial: dict[str, np.ndarray]):
@@ -191,7 +200,7 @@ def _torch_model(spec: DDPSpec, initial: dict[str, np.ndarray]):
     import torch
 
     dtype = torch.float64 if spec.dtype == "float64" else torch.float32
-    model = _build(spec)
+    model = build_torch_model(spec)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
     return model.to(dtype), dtype
 
@@ -396,7 +405,7 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
 
 def param_names(spec: DDPSpec) -> list[str]:
     """The torch model's parameter names, in ``named_parameters()`` order (what param groups match)."""
-    return [name for name, _ in _build(spec).named_parameters()]
+    return [name for name, _ in build_torch_model(spec).named_parameters()]
 
 
 def validate_spec(spec: DDPSpec) -> None:
@@ -410,7 +419,7 @@ def validate_spec(spec: DDPSpec) -> None:
 
     import jax_impl.nn as jnn
 
-    model = _build(spec)
+    model = build_torch_model(spec)
     _torch_scheduler(spec, _torch_optimizer(spec, model))
     jax_optimizer(spec, [name for name, _ in model.named_parameters()])
     _loss(spec, torch.nn)
