@@ -22,7 +22,7 @@ import torch
 from parity.config import ConfigError
 
 __all__ = ["Experiment", "build_experiment", "cast_jax_model", "float_dtypes", "init_note", "jax_optimizer",
-           "lr_at", "torch_optimizer", "transforms"]
+           "lr_at", "torch_optimizer", "transforms", "user_arrays"]
 
 
 @dataclasses.dataclass
@@ -204,7 +204,7 @@ def init_note(cfg: Any, torch_model: torch.nn.Module, jax_model: Any) -> str:
             f"(model.init: seed), {same}")
 
 
-def _user_arrays(section: Any) -> tuple[Any, Any]:
+def user_arrays(section: Any) -> tuple[Any, Any]:
     """``(train arrays, held-out arrays or None)`` from ``data.dataset.arrays``' loader."""
     from parity.models import import_object
 
@@ -293,7 +293,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
 
     if data is None and cfg.data.dataset.by_import_path:
-        data = _user_arrays(cfg.data.dataset)
+        data = user_arrays(cfg.data.dataset)
 
     def datasets(train: bool) -> tuple[Any, Any]:
         t_transform, j_transform = transforms(cfg.data.transforms(train))

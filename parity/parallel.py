@@ -46,6 +46,7 @@ __all__ = [
     "compare_ddp",
     "divergence",
     "initial_state",
+    "input_array",
     "jax_optimizer",
     "jax_run",
     "param_names",
@@ -167,14 +168,6 @@ def _start(spec: DDPSpec, side: str) -> dict[str, Any] | None:
     return None if spec.resume is None else spec.resume.get(side)
 
 
-def _clip(spec: DDPSpec, model: Any) -> None:
-    """The recipe's ``clip_grad_norm_`` on the (already averaged) gradients, if the spec asks for it."""
-    if spec.clip_grad_norm is not None:
-        import torch
-
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip_grad_norm, spec.clip_grad_norm_type)
-
-
 def build_torch_model(spec: DDPSpec) -> Any:
     """``torch_ref.models.<model>(**model_kwargs)`` (or the user's torch model), freshly initialised from
     torch's global generator as it stands."""
@@ -209,6 +202,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     import torch
     import torch.distributed as dist
 
+    from parity.torch_step import model_input, torch_train_step
     from torch_ref import parallel
 
     torch.set_num_threads(1)
@@ -221,9 +215,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     ddp = parallel.wrap(model, sync_bn=spec.sync_bn, device="cuda" if cuda else "cpu")
     optimizer = _torch_optimizer(spec, ddp.module)
     scheduler = _torch_scheduler(spec, optimizer)
-    inputs = torch.from_numpy(spec.x)
-    dataset = torch.utils.data.TensorDataset(inputs.to(dtype) if inputs.is_floating_point() else inputs,
-                                             torch.from_numpy(spec.y))
+    dataset = torch.utils.data.TensorDataset(model_input(torch.from_numpy(spec.x), dtype), torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
     loss_fn = _loss(spec, torch.nn)
@@ -258,12 +250,9 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             if step >= spec.steps:
                 break
             lrs.append(float(optimizer.param_groups[0]["lr"]))
-            optimizer.zero_grad()
-            loss = loss_fn(ddp(x.to(device)), y.to(device))
-            loss.backward()
-            _clip(spec, ddp.module)
-            optimizer.step()
-            mean = loss.detach().clone()
+            loss, = torch_train_step(ddp, loss_fn, optimizer, [(x.to(device), y.to(device))], dtype=dtype,
+                                     **_clip_args(spec))
+            mean = torch.tensor(loss, dtype=dtype)  # the rank's float32 / float64 loss, exactly
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
             step += 1
@@ -285,6 +274,8 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     is SyncBN's arithmetic: global-batch statistics, and the gradient of the mean of the local mean losses."""
     import torch
 
+    from parity.torch_step import torch_train_step
+
     model, dtype = _torch_model(spec, initial)
     model.train()
     optimizer = _torch_optimizer(spec, model)
@@ -296,15 +287,9 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     state = lambda: {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}  # noqa: E731
     for step, batches in enumerate(_rank_batches(spec, spec.world_size, range(spec.world_size))):
         x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches]))
-        x = x.to(dtype) if x.is_floating_point() else x
         y = torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))
         lrs.append(float(optimizer.param_groups[0]["lr"]))
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        _clip(spec, model)
-        optimizer.step()
-        losses.append(float(loss.detach()))
+        losses += torch_train_step(model, loss_fn, optimizer, [(x, y)], dtype=dtype, **_clip_args(spec))
         recorder.after(step + 1, state, losses[-1])
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
@@ -439,8 +424,9 @@ def _clip_args(spec: DDPSpec) -> dict[str, Any]:
     return {"clip_grad_norm": spec.clip_grad_norm, "norm_type": spec.clip_grad_norm_type}
 
 
-def _inputs(batch: Any, fdtype: Any) -> np.ndarray:
-    """A batch's inputs as NumPy in the run's float dtype; integer inputs (token ids) stay integers."""
+def input_array(batch: Any, fdtype: Any) -> np.ndarray:
+    """A batch's inputs for the JAX side as NumPy in the run's float dtype; integer inputs (token ids) stay
+    integers (the counterpart of :func:`parity.torch_step.model_input`)."""
     array = np.asarray(batch)
     return array.astype(fdtype) if np.issubdtype(array.dtype, np.floating) else array
 
@@ -502,7 +488,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
             state = parallel.replicate(state, copies=n)
         with routing:
             for batches in _rank_batches(spec, n, range(n), generators):
-                x = np.stack([_inputs(b[0], fdtype) for b in batches])
+                x = np.stack([input_array(b[0], fdtype) for b in batches])
                 y = np.stack([np.asarray(b[1]) for b in batches])
                 state, loss = step(state, x, y)
                 after(float(loss[0]))
@@ -514,7 +500,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         rows = NamedSharding(mesh, P(parallel.AXIS))
         with routing:
             for batches in _rank_batches(spec, n, range(n), generators):
-                x = jax.device_put(np.concatenate([_inputs(b[0], fdtype) for b in batches]), rows)
+                x = jax.device_put(np.concatenate([input_array(b[0], fdtype) for b in batches]), rows)
                 y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
                 state, loss = step(state, x, y)
                 after(float(loss))
@@ -591,7 +577,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     generators = rank_generators(spec, mine)
     with replica_generators(parallel.AXIS, generators):  # dropout: each replica its rank's generator
         for batches in _rank_batches(spec, spec.world_size, mine, generators):
-            x = np.concatenate([_inputs(b[0], fdtype) for b in batches])
+            x = np.concatenate([input_array(b[0], fdtype) for b in batches])
             y = np.concatenate([np.asarray(b[1]) for b in batches])
             gx = jax.make_array_from_process_local_data(rows, x)
             gy = jax.make_array_from_process_local_data(rows, y)

@@ -20,12 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from parity.build import user_arrays
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
 from parity.floor import divergence_message, judge
 from parity.progress import Phases
+from parity.parallel import input_array
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
+from parity.torch_step import model_input
 
 __all__ = ["run_data_parallel"]
 
@@ -84,16 +87,12 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     phases("building the data set and both optimizers")
     split = {"val_fraction": cfg.data.val_fraction, "split_seed": cfg.data.split_seed}
 
-    def arrays(train: bool) -> tuple[np.ndarray, np.ndarray]:
-        if getattr(cfg.data.dataset, "arrays", None):  # the user's loader: its own train and held-out arrays
-            from parity.import_path import import_object
+    # The user's loader gives its own train and held-out arrays.
+    loaded = user_arrays(cfg.data.dataset) if getattr(cfg.data.dataset, "arrays", None) else None
 
-            load = import_object(cfg.data.dataset.arrays, "data.dataset.arrays")
-            try:
-                x, y = load(train=train, **cfg.data.dataset.kwargs)
-            except TypeError as error:
-                raise ConfigError(f"{cfg.data.dataset.arrays}(train=..., **kwargs) fails: {error}",
-                                  path="data.dataset") from None
+    def arrays(train: bool) -> tuple[np.ndarray, np.ndarray]:
+        if loaded is not None:
+            x, y = loaded[0 if train else 1]
             return np.asarray(x), np.asarray(y)
         dataset = jdata.build_dataset(cfg.data.dataset, train=train, **split)
         x, y = default_collate([dataset[i] for i in range(len(dataset))])
@@ -165,7 +164,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         return report
     phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
     report.steps = report.steps + _steps(runs, per_epoch, start)
-    held_out = arrays(False) if getattr(cfg.data.dataset, "arrays", None) or cfg.data.val_fraction > 0 else None
+    held_out = arrays(False) if loaded is not None or cfg.data.val_fraction > 0 else None
     evaluate = _Evaluator(cfg, initial_state(spec), held_out)
     for end in ends:
         report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
@@ -300,9 +299,7 @@ class _Evaluator:
     def torch(self, state: dict[str, np.ndarray]) -> np.ndarray:
         self.torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         with torch.no_grad():
-            inputs = torch.from_numpy(self.held_out[0])
-            inputs = inputs.to(self.t_dtype) if inputs.is_floating_point() else inputs
-            return self.torch_model(inputs).argmax(1).numpy()
+            return self.torch_model(model_input(torch.from_numpy(self.held_out[0]), self.t_dtype)).argmax(1).numpy()
 
     def jax(self, state: dict[str, np.ndarray]) -> np.ndarray:
         import jax.numpy as jnp
@@ -310,9 +307,7 @@ class _Evaluator:
         from parity.convert.modules import load_torch_state_dict
 
         load_torch_state_dict(self.jax_model, state)
-        inputs = self.held_out[0]
-        inputs = inputs.astype(self.np_dtype) if np.issubdtype(inputs.dtype, np.floating) else inputs
-        return np.asarray(self.jax_model(jnp.asarray(inputs)).argmax(1))
+        return np.asarray(self.jax_model(jnp.asarray(input_array(self.held_out[0], self.np_dtype))).argmax(1))
 
 
 def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None,
