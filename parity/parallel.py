@@ -121,6 +121,10 @@ class DDPSpec:
     # backward (DDP's averaged gradients) and the optimizer step; None: no clipping.
     clip_grad_norm: float | None = None
     clip_grad_norm_type: float = 2.0
+    # A folder where rank 0 / replica 0 writes each whole epoch as it completes (parity.staging), under
+    # stage_key ("torch", "floor" or "jax"): what an interrupted run keeps. None: nothing written.
+    stage_dir: str | None = None
+    stage_key: str = ""
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
@@ -134,23 +138,36 @@ def steps_per_epoch(samples: int, world_size: int, local_batch: int) -> int:
 
 class _Recorder:
     """Rank 0's snapshots at ``spec.snapshot_steps``: the state_dict, the seconds since the previous one
-    (the snapshot itself excluded) and a progress line."""
+    (the snapshot itself excluded) and a progress line; each whole epoch written to ``spec.stage_dir``."""
 
     def __init__(self, spec: DDPSpec, side: str, active: bool = True) -> None:
         self.spec, self.side, self.active = spec, side, active
         self.snapshots: dict[int, dict[str, np.ndarray]] = {}
         self.seconds: dict[int, float] = {}
         self.resume_state: dict[str, Any] | None = None  # the last whole epoch's, for a checkpoint
+        self.losses: list[float] = []
+        self.lrs: list[float] = []
         self.start = time.perf_counter()
 
     def epoch_end(self, done: int, epoch: int, state: Any) -> None:
         """Call after a whole epoch (its scheduler step included): keeps ``state()`` as the resume state."""
         if self.active and done % self.spec.steps_per_epoch() == 0:
             self.resume_state = {"step": done, "epoch": epoch + 1, **state()}
+            if self.spec.stage_dir is not None:
+                from parity.staging import write_epoch
 
-    def after(self, done: int, state: Any, loss: float) -> None:
-        """Call after each optimizer step; ``done`` steps so far, ``state()`` the state_dict as numpy."""
-        if not self.active or done not in self.spec.snapshot_steps:
+                write_epoch(self.spec.stage_dir, self.spec.stage_key, done, epoch + 1, self.losses, self.lrs,
+                            self.seconds, {k: v for k, v in self.resume_state.items() if k not in ("step", "epoch")})
+
+    def after(self, done: int, state: Any, loss: float, lr: float | None = None) -> None:
+        """Call after each optimizer step; ``done`` steps so far, ``state()`` the state_dict as numpy,
+        ``lr`` group 0's learning rate at that step (torch's sides)."""
+        if not self.active:
+            return
+        self.losses.append(loss)
+        if lr is not None:
+            self.lrs.append(lr)
+        if done not in self.spec.snapshot_steps:
             return
         self.seconds[done] = time.perf_counter() - self.start
         self.snapshots[done] = state()
@@ -256,7 +273,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
             step += 1
-            recorder.after(step, state, losses[-1])
+            recorder.after(step, state, losses[-1], lrs[-1])
             if scheduler is not None and spec.scheduler.interval == "step":
                 scheduler.step()
         if scheduler is not None and spec.scheduler.interval == "epoch":

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from parity import staging
 from parity.build import user_arrays
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
@@ -30,7 +31,9 @@ from parity.parallel import input_array
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
 from parity.torch_step import model_input
 
-__all__ = ["run_data_parallel"]
+__all__ = ["STAGE", "run_data_parallel"]
+
+STAGE = ".partial"  # the run folder's staging folder while a data-parallel run lasts (parity.staging)
 
 
 def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | None = None,
@@ -145,13 +148,23 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     if write and folder is None:
         folder = make_run_folder(runs_dir, cfg.name)
     report.run_dir = None if folder is None else str(folder)
+    held_out = arrays(False) if loaded is not None or cfg.data.val_fraction > 0 else None
+    # Each side's whole epochs on disk while it trains (parity.staging): what an interrupted run keeps.
+    stage = folder / STAGE if folder is not None and cfg.train.checkpoint == "every" else None
+    if stage is not None:
+        staging.clear(stage)  # a previous, interrupted run's in the folder this one resumes in
     try:
-        runs = _train(spec, cfg, only, phases)
-    except BaseException as error:  # the run folder keeps a report saying why it holds no steps
+        runs = _train(spec, cfg, only, phases, stage)
+    except BaseException as error:  # the run folder keeps the whole epochs every side finished, and why it stopped
         report.interrupted, report.passed = True, False
         report.message = ("interrupted (SIGINT/SIGTERM)" if isinstance(error, KeyboardInterrupt)
                           else f"stopped by {type(error).__name__}: {error}")
         if folder is not None:
+            try:
+                if stage is not None:
+                    _keep_staged(cfg, spec, only, report, folder, stage, ends, per_epoch, start, held_out, phases)
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
             try:
                 write_report(report, folder)
             except Exception:  # noqa: BLE001 - the first error is the one to report
@@ -164,7 +177,6 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         return report
     phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
     report.steps = report.steps + _steps(runs, per_epoch, start)
-    held_out = arrays(False) if loaded is not None or cfg.data.val_fraction > 0 else None
     evaluate = _Evaluator(cfg, initial_state(spec), held_out)
     for end in ends:
         report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
@@ -178,9 +190,47 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
             report.message = f"{where}, {steps} steps: " + divergence_message(
                 report.epochs[-1], cfg.train.tolerance.rtol, report.first_divergent_step)
     if folder is not None:
-        _checkpoint(cfg, runs, report, folder / "checkpoint.pt", steps)
+        _checkpoint(cfg, runs, report, folder / "checkpoint.pt")
         write_report(report, folder)
+        if stage is not None:
+            staging.clear(stage)
     return report
+
+
+def _staged_sides(cfg: Any, only: str | None) -> list[str]:
+    """The sides a run trains, by their staging names."""
+    sides = []
+    if only != "jax":
+        sides.append("torch")
+        if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
+            sides.append("floor")
+    if only != "torch":
+        sides.append("jax")
+    return sides
+
+
+def _keep_staged(cfg: Any, spec: Any, only: str | None, report: RunReport, folder: Path, stage: Path,
+                 ends: tuple[int, ...], per_epoch: int, start: int, held_out: Any, phases: Phases) -> None:
+    """After an interruption: the report's steps and epochs up to the last epoch every side completed,
+    and ``checkpoint.pt`` there, from the staged epochs (:mod:`parity.staging`); then the staging removed."""
+    from parity.parallel import initial_state
+
+    staged = staging.read_staged(stage, _staged_sides(cfg, only))
+    if staged is None:
+        report.message += "; no epoch was complete on every side, so there is no checkpoint to resume from"
+        staging.clear(stage)
+        return
+    runs, last = staged
+    kept = [end for end in ends if end <= last]
+    phases(f"keeping the {len(kept)} epoch(s) every side completed (to step {last})")
+    report.steps = report.steps + _steps(runs, per_epoch, start)
+    evaluate = _Evaluator(cfg, initial_state(spec), held_out)
+    for end in kept:
+        report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
+    _checkpoint(cfg, runs, report, folder / "checkpoint.pt")
+    report.message += (f"; kept every step to {last} (the last epoch every side completed) and checkpoint.pt "
+                       "there: --resume it to go on")
+    staging.clear(stage)
 
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
@@ -211,7 +261,7 @@ def _resume_states(ckpt: Any) -> dict[str, Any]:
     return states
 
 
-def _checkpoint(cfg: Any, runs: dict[str, Any], report: RunReport, path: Path, steps: int) -> None:
+def _checkpoint(cfg: Any, runs: dict[str, Any], report: RunReport, path: Path) -> None:
     """``checkpoint.pt`` after the last whole epoch each side completed (``train.checkpoint``)."""
     from parity.checkpoint import write_state
 
@@ -248,22 +298,26 @@ def _where(spec: Any) -> str:
     return " vs ".join(_sides(spec))
 
 
-def _train(spec: Any, cfg: Any, only: str | None, phases: Phases) -> dict[str, Any]:
+def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | None = None) -> dict[str, Any]:
     """Each side's run (``{"losses", "snapshots", "seconds", "state", ...}``), and torch's float64 twin of a
-    float32 run (``"floor"``)."""
+    float32 run (``"floor"``); each side's whole epochs staged in ``stage`` as it goes."""
     from parity.parallel import initial_state, jax_run, torch_reference
 
     initial = initial_state(spec)
     runs: dict[str, Any] = {}
+
+    def side(key: str, **changes: Any) -> Any:
+        return dataclasses.replace(spec, stage_dir=None if stage is None else str(stage), stage_key=key, **changes)
+
     if only != "jax":
         phases(f"{_sides(spec)[0]}: training {spec.steps} steps")
-        runs["torch"] = torch_reference(spec, initial)
+        runs["torch"] = torch_reference(side("torch"), initial)
         if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
             phases(f"the same torch run in float64 beside it (torch's own float32 floor): {spec.steps} steps")
-            runs["floor"] = torch_reference(dataclasses.replace(spec, dtype="float64"), initial, floor=True)
+            runs["floor"] = torch_reference(side("floor", dtype="float64"), initial, floor=True)
     if only != "torch":
         phases(f"{_sides(spec)[1]}: compiling and training {spec.steps} steps")
-        runs["jax"] = jax_run(spec, initial)
+        runs["jax"] = jax_run(side("jax"), initial)
     return runs
 
 

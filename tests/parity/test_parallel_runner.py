@@ -143,6 +143,7 @@ def test_an_interrupted_data_parallel_run_leaves_a_report(tmp_path, monkeypatch)
         run_experiment(load_config("lenet_digits_ddp", ["train.epochs=1"]), runs_dir=tmp_path, progress=False)
     data = json.loads((tmp_path / caught.value.parity_run_dir.split("/")[-1] / "report.json").read_text())
     assert data["interrupted"] and not data["passed"] and data["verdict"].startswith("INTERRUPTED after 0")
+    assert "no epoch was complete on every side" in data["message"]
 
 
 @pytest.mark.slow  # ~2 min: 4 torch ranks, then JAX on 4 devices as 2 x 2, 4 x 1 and 1 x 4, then two `parity run`s
@@ -214,3 +215,38 @@ def test_a_data_parallel_run_resumes_on_its_trajectory(tmp_path):
     with pytest.raises(parity.checkpoint.CheckpointError, match="nothing to do"):
         run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), runs_dir=tmp_path,
                        progress=False, resume=f"{first.run_dir}/checkpoint.pt")
+
+
+@pytest.mark.slow  # ~100 s: a straight data-parallel run of 3 epochs, one stopped in JAX's third, its resume
+def test_a_data_parallel_run_stopped_mid_way_keeps_its_whole_epochs_and_resumes(tmp_path, monkeypatch):
+    """Interrupted while JAX trains its third epoch (torch and its float64 twin done): the report holds
+    every step of the two epochs every side completed, checkpoint.pt resumes there, and the resumed run
+    is the straight run, step for step."""
+    import dataclasses
+
+    overrides = ["data.batch_size=64", "train.epochs=3", "scheduler={name: StepLR, step_size: 1, gamma: 0.5}"]
+    straight = run_experiment(load_config("lenet_digits_ddp", overrides), write=False, progress=False)
+    real_jax_run = parity.parallel.jax_run
+
+    def stopped(spec, initial, **kwargs):  # JAX's run ends 5 steps into its third epoch, then Ctrl-C
+        real_jax_run(dataclasses.replace(spec, steps=2 * 12 + 5), initial, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parity.parallel, "jax_run", stopped)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_experiment(load_config("lenet_digits_ddp", overrides), runs_dir=tmp_path, progress=False)
+    folder = tmp_path / caught.value.parity_run_dir.split("/")[-1]
+    data = json.loads((folder / "report.json").read_text())
+    assert data["interrupted"] and "checkpoint.pt there" in data["message"]
+    assert [s["step"] for s in data["steps"]] == list(range(24)) and [e["steps"] for e in data["epochs"]] == [12, 24]
+    for key in ("torch_loss", "jax_loss", "torch_f64_loss", "lr"):
+        assert [s[key] for s in data["steps"]] == [s[key] for s in straight.steps[:24]], key
+    assert not (folder / ".partial").exists()
+    assert parity.checkpoint.read_checkpoint(folder / "checkpoint.pt").step == 24
+    monkeypatch.setattr(parity.parallel, "jax_run", real_jax_run)
+    resumed = run_experiment(load_config("lenet_digits_ddp", overrides), runs_dir=tmp_path, progress=False,
+                             resume=str(folder / "checkpoint.pt"))
+    for key in ("torch_loss", "jax_loss", "torch_f64_loss", "lr"):
+        assert [s[key] for s in resumed.steps] == [s[key] for s in straight.steps], key
+    assert [e.steps for e in resumed.epochs] == [12, 24, 36] and resumed.passed
+    assert resumed.epochs[-1].param_max_rel == straight.epochs[-1].param_max_rel
