@@ -257,10 +257,20 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
                 "optimizer": copy.deepcopy(optimizer.state_dict()),
                 "scheduler": None if scheduler is None else copy.deepcopy(scheduler.state_dict())}
 
+    def rng_states() -> list[Any]:
+        """Every rank's global generator state, in rank order (a collective: every rank calls it)."""
+        states: list[Any] = [None] * world_size
+        dist.all_gather_object(states, torch.get_rng_state())
+        return states
+
     ddp.train()
     # Each rank's own stream, as torchvision's reference scripts seed it: its dropout masks and its loader's
-    # base seed per epoch (the JAX replicas draw the same from jax_impl.random.replica_generators).
-    torch.manual_seed(spec.seed + rank)
+    # base seed per epoch (the JAX replicas draw the same from jax_impl.random.replica_generators); on
+    # resume, where the checkpoint's epoch left it.
+    if start is not None and "rng" in start:
+        torch.set_rng_state(start["rng"][rank])
+    else:
+        torch.manual_seed(spec.seed + rank)
     while step < spec.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
@@ -278,7 +288,9 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
                 scheduler.step()
         if scheduler is not None and spec.scheduler.interval == "epoch":
             scheduler.step()
-        recorder.epoch_end(step, epoch, resume_state)
+        if step % spec.steps_per_epoch() == 0:  # a whole epoch: its resume state holds every rank's generator
+            rngs = rng_states()
+            recorder.epoch_end(step, epoch, lambda: {**resume_state(), "rng": rngs})
         epoch += 1
     if rank != 0:
         return None
@@ -345,10 +357,22 @@ def _torch_scheduler(spec: DDPSpec, optimizer: Any) -> Any:
 
 def rank_generators(spec: DDPSpec, ranks: range) -> list[Any]:
     """One ``jax_impl.random.Generator`` per rank of the world (``None`` for ranks not in ``ranks``), each
-    where torch's rank leaves its global generator before training: ``torch.manual_seed(seed + rank)``."""
+    where torch's rank leaves its global generator before training: ``torch.manual_seed(seed + rank)``, or
+    on resume the state the JAX side's checkpoint holds for that rank."""
     from jax_impl.random import Generator
 
+    start = _start(spec, "jax")
+    saved = None if start is None else start.get("rng")
+    if saved is not None:
+        return [Generator().set_state(np.asarray(saved[r])) if r in ranks else None for r in range(spec.world_size)]
     return [Generator().manual_seed(spec.seed + r) if r in ranks else None for r in range(spec.world_size)]
+
+
+def _rng_tensors(states: Any) -> list[Any]:
+    """Generator states (numpy uint8, one per rank) as the tensors a checkpoint holds."""
+    import torch
+
+    return [torch.from_numpy(np.array(v, dtype=np.uint8)) for v in states]
 
 
 def _rank_batches(spec: DDPSpec, world_size: int, ranks: range, generators: Sequence[Any] | None = None):
@@ -484,7 +508,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         return _state_dict(parallel.merge_model(graphdef, local_state()))
 
     def resume_state() -> dict[str, Any]:
-        return _jax_resume_state(graphdef, local_state())
+        return {**_jax_resume_state(graphdef, local_state()), "rng": _rng_tensors(g.get_state() for g in generators)}
 
     def after(loss: float) -> None:
         losses.append(loss)
@@ -560,6 +584,7 @@ def _jax_resume_state(graphdef: Any, local: Any) -> dict[str, Any]:
 def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """One of ``world_size`` processes (``jax.distributed``): a global mesh, this process's shard of each batch."""
     import jax
+    from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -600,8 +625,13 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
             gy = jax.make_array_from_process_local_data(rows, y)
             state, loss = step(state, gx, gy)
             losses.append(float(loss))
-            recorder.after(done + len(losses), state_dict, losses[-1])
-            recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
+            now = done + len(losses)
+            recorder.after(now, state_dict, losses[-1])
+            if now % spec.steps_per_epoch() == 0:  # a whole epoch: every process's generators to process 0
+                rngs = _rng_tensors(multihost_utils.process_allgather(
+                    np.stack([generators[r].get_state() for r in mine])).reshape(spec.world_size, -1))
+                recorder.epoch_end(now, now // spec.steps_per_epoch() - 1,
+                                   lambda: {**resume_state(), "rng": rngs})
     if rank != 0:
         return None
     return recorder.result(losses, state=state_dict())

@@ -125,8 +125,9 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     dropout = _dropout_modules(spec) if only != "torch" else []
     why = ("with jax_mode vmap (its replicas share one host callback; use pmap or sharded)" if spec.mode == "vmap"
            else "with SyncBatchNorm on CPU (its torch reference trains the global batch in one process)"
-           if par.sync_bn and not torch.cuda.is_available() else "on resume (the ranks' generators are not in "
-           "the checkpoint)" if ckpt is not None else None)
+           if par.sync_bn and not torch.cuda.is_available() else "on resume from a checkpoint without the ranks' "
+           "generators (written before they were kept)" if ckpt is not None and not _has_generators(ckpt, only)
+           else None)
     if dropout and why:
         raise ConfigError(f"dropout in a data-parallel run is not supported {why}: "
                           f"{', '.join(dropout[:3])}{' ...' if len(dropout) > 3 else ''}", path="model")
@@ -249,6 +250,13 @@ def _dropout_modules(spec: Any) -> list[str]:
         if p:
             found.append(f"{name or 'the model'} ({type(module).__name__}, p={p:g})")
     return found
+
+
+def _has_generators(ckpt: Any, only: str | None) -> bool:
+    """Whether the checkpoint holds every rank's generator for each side this run resumes."""
+    sides = ([ckpt.torch] if only != "jax" else []) + ([ckpt.jax] if only != "torch" else [])
+    floor = ckpt.torch.get("floor") if only is None else None
+    return all("rng" in side for side in sides + ([floor] if floor is not None else []))
 
 
 def _resume_states(ckpt: Any) -> dict[str, Any]:

@@ -250,3 +250,24 @@ def test_a_data_parallel_run_stopped_mid_way_keeps_its_whole_epochs_and_resumes(
         assert [s[key] for s in resumed.steps] == [s[key] for s in straight.steps], key
     assert [e.steps for e in resumed.epochs] == [12, 24, 36] and resumed.passed
     assert resumed.epochs[-1].param_max_rel == straight.epochs[-1].param_max_rel
+
+
+@pytest.mark.slow  # ~70 s each: three data-parallel runs of a user net with dropout, 2 ranks
+@pytest.mark.parametrize("layout", [["parallel.jax_mode=pmap"], ["parallel.jax_mode=sharded", "parallel.processes=2"]])
+def test_a_data_parallel_run_with_dropout_resumes_on_its_trajectory(tmp_path, layout):
+    """Dropout 0.5 on 2 ranks, float64: one epoch, then --resume to two equals the straight two-epoch run,
+    every loss: the checkpoint holds every torch rank's global generator and every JAX replica's (gathered
+    from the JAX processes), so the second epoch draws the masks and loader seeds it would have drawn."""
+    model = USER_MODEL.replace("width: 4", "width: 4, dropout: 0.5")
+    overrides = [model, "train.dtype=float64", "data.batch_size=32", *layout,
+                 "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"]
+    straight = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), write=False,
+                              progress=False)
+    first = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=1"]), runs_dir=tmp_path,
+                           progress=False)
+    resumed = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), runs_dir=tmp_path,
+                             progress=False, resume=f"{first.run_dir}/checkpoint.pt")
+    for key in ("torch_loss", "jax_loss"):
+        assert [s[key] for s in resumed.steps] == [s[key] for s in straight.steps], key
+    assert resumed.passed and [e.steps for e in resumed.epochs] == [23, 46], resumed.message
+    assert resumed.epochs[-1].param_max_rel == straight.epochs[-1].param_max_rel <= 1e-10
