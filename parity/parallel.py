@@ -121,19 +121,23 @@ class DDPSpec:
     # backward (DDP's averaged gradients) and the optimizer step; None: no clipping.
     clip_grad_norm: float | None = None
     clip_grad_norm_type: float = 2.0
+    # Gradient accumulation (train.accumulate): each optimizer step runs this many local batches per rank,
+    # DDP's ddp.no_sync() on all but the last; steps count optimizer steps.
+    accumulate: int = 1
     # A folder where rank 0 / replica 0 writes each whole epoch as it completes (parity.staging), under
     # stage_key ("torch", "floor" or "jax"): what an interrupted run keeps. None: nothing written.
     stage_dir: str | None = None
     stage_key: str = ""
 
     def steps_per_epoch(self) -> int:
-        return steps_per_epoch(len(self.x), self.world_size, self.local_batch)
+        return steps_per_epoch(len(self.x), self.world_size, self.local_batch, self.accumulate)
 
 
-def steps_per_epoch(samples: int, world_size: int, local_batch: int) -> int:
-    """Batches per epoch on each rank: ``DistributedSampler`` (padded to a multiple of ``world_size``),
-    then batches of ``local_batch`` (the last one smaller, no ``drop_last``)."""
-    return math.ceil(math.ceil(samples / world_size) / local_batch)
+def steps_per_epoch(samples: int, world_size: int, local_batch: int, accumulate: int = 1) -> int:
+    """Optimizer steps per epoch on each rank: ``DistributedSampler`` (padded to a multiple of
+    ``world_size``), batches of ``local_batch`` (the last one smaller, no ``drop_last``), then groups of
+    ``accumulate`` batches per step (the last group shorter)."""
+    return math.ceil(math.ceil(math.ceil(samples / world_size) / local_batch) / accumulate)
 
 
 class _Recorder:
@@ -219,7 +223,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     import torch
     import torch.distributed as dist
 
-    from parity.torch_step import model_input, torch_train_step
+    from parity.torch_step import micro_batch_groups, model_input, step_loss, torch_train_step
     from torch_ref import parallel
 
     torch.set_num_threads(1)
@@ -273,12 +277,13 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
         torch.manual_seed(spec.seed + rank)
     while step < spec.steps:
         sampler.set_epoch(epoch)
-        for x, y in loader:
+        for group in micro_batch_groups(loader, spec.accumulate):
             if step >= spec.steps:
                 break
             lrs.append(float(optimizer.param_groups[0]["lr"]))
-            loss, = torch_train_step(ddp, loss_fn, optimizer, [(x.to(device), y.to(device))], dtype=dtype,
-                                     **_clip_args(spec))
+            micro = [(x.to(device), y.to(device)) for x, y in group]
+            loss = step_loss(torch_train_step(ddp, loss_fn, optimizer, micro, dtype=dtype,
+                                              accumulate=spec.accumulate, **_clip_args(spec)))
             mean = torch.tensor(loss, dtype=dtype)  # the rank's float32 / float64 loss, exactly
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
@@ -303,7 +308,7 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     is SyncBN's arithmetic: global-batch statistics, and the gradient of the mean of the local mean losses."""
     import torch
 
-    from parity.torch_step import torch_train_step
+    from parity.torch_step import step_loss, torch_train_step
 
     model, dtype = _torch_model(spec, initial)
     model.train()
@@ -314,11 +319,12 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     per_epoch = spec.steps_per_epoch()
     recorder = _Recorder(spec, "torch (global batch)")
     state = lambda: {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}  # noqa: E731
-    for step, batches in enumerate(_rank_batches(spec, spec.world_size, range(spec.world_size))):
-        x = torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches]))
-        y = torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))
+    for step, group in enumerate(_rank_steps(spec, spec.world_size, range(spec.world_size))):
+        micro = [(torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])),
+                  torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))) for batches in group]
         lrs.append(float(optimizer.param_groups[0]["lr"]))
-        losses += torch_train_step(model, loss_fn, optimizer, [(x, y)], dtype=dtype, **_clip_args(spec))
+        losses.append(step_loss(torch_train_step(model, loss_fn, optimizer, micro, dtype=dtype,
+                                                 accumulate=spec.accumulate, **_clip_args(spec))))
         recorder.after(step + 1, state, losses[-1])
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
@@ -375,11 +381,13 @@ def _rng_tensors(states: Any) -> list[Any]:
     return [torch.from_numpy(np.array(v, dtype=np.uint8)) for v in states]
 
 
-def _rank_batches(spec: DDPSpec, world_size: int, ranks: range, generators: Sequence[Any] | None = None):
-    """Per step: a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's order),
-    from the JAX side's resume point if there is one. ``generators[r]`` is rank ``r``'s global generator,
-    which its loader draws each epoch's base seed from (torch's loader takes the global one)."""
+def _rank_steps(spec: DDPSpec, world_size: int, ranks: range, generators: Sequence[Any] | None = None):
+    """Per optimizer step, its micro-batches (``spec.accumulate`` of them; an epoch's last group may be
+    shorter), each a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's
+    order), from the JAX side's resume point if there is one. ``generators[r]`` is rank ``r``'s global
+    generator, which its loader draws each epoch's base seed from (torch's loader takes the global one)."""
     from jax_impl.data import DataLoader, DistributedSampler, TensorDataset
+    from parity.torch_step import micro_batch_groups
 
     dataset = TensorDataset(spec.x, spec.y)
     samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=spec.seed)
@@ -392,12 +400,17 @@ def _rank_batches(spec: DDPSpec, world_size: int, ranks: range, generators: Sequ
     while step < spec.steps:
         for s in samplers:
             s.set_epoch(epoch)
-        for batches in zip(*loaders, strict=True):
+        for group in micro_batch_groups(zip(*loaders, strict=True), spec.accumulate):
             if step >= spec.steps:
                 return
-            yield list(batches)
+            yield [list(batches) for batches in group]
             step += 1
         epoch += 1
+
+
+def _call(step: Any, state: Any, micro: list[tuple[Any, Any]], accumulate: int) -> tuple[Any, Any]:
+    """``step(state, x, y)``, or with accumulation ``step(state, micro_batches)``."""
+    return step(state, *micro[0]) if accumulate == 1 else step(state, micro)
 
 
 def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: str):
@@ -465,6 +478,11 @@ def _clip_args(spec: DDPSpec) -> dict[str, Any]:
     return {"clip_grad_norm": spec.clip_grad_norm, "norm_type": spec.clip_grad_norm_type}
 
 
+def _step_args(spec: DDPSpec) -> dict[str, Any]:
+    """The keyword arguments of ``jax_impl.parallel``'s steps: clipping and accumulation."""
+    return {**_clip_args(spec), "accumulate": spec.accumulate}
+
+
 def input_array(batch: Any, fdtype: Any) -> np.ndarray:
     """A batch's inputs for the JAX side as NumPy in the run's float dtype; integer inputs (token ids) stay
     integers (the counterpart of :func:`parity.torch_step.model_input`)."""
@@ -522,28 +540,29 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     if replicated:
         if spec.mode == "pmap":
             step = parallel.pmap_train_step(graphdef, loss_fn, tx, devices=devices, ordered_mean=spec.ordered_mean,
-                                            **_clip_args(spec))
+                                            **_step_args(spec))
             state = parallel.replicate(state, devices)
         else:
-            step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean, **_clip_args(spec))
+            step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean, **_step_args(spec))
             state = parallel.replicate(state, copies=n)
         with routing:
-            for batches in _rank_batches(spec, n, range(n), generators):
-                x = np.stack([input_array(b[0], fdtype) for b in batches])
-                y = np.stack([np.asarray(b[1]) for b in batches])
-                state, loss = step(state, x, y)
+            for group in _rank_steps(spec, n, range(n), generators):
+                micro = [(np.stack([input_array(b[0], fdtype) for b in batches]),
+                          np.stack([np.asarray(b[1]) for b in batches])) for batches in group]
+                state, loss = _call(step, state, micro, spec.accumulate)
                 after(float(loss[0]))
     else:
         mesh = Mesh(np.array(devices), (parallel.AXIS,))
         step = parallel.sharded_train_step(graphdef, loss_fn, tx, mesh, ordered_mean=spec.ordered_mean,
-                                           **_clip_args(spec))
+                                           **_step_args(spec))
         state = jax.device_put(state, NamedSharding(mesh, P()))
         rows = NamedSharding(mesh, P(parallel.AXIS))
         with routing:
-            for batches in _rank_batches(spec, n, range(n), generators):
-                x = jax.device_put(np.concatenate([input_array(b[0], fdtype) for b in batches]), rows)
-                y = jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows)
-                state, loss = step(state, x, y)
+            for group in _rank_steps(spec, n, range(n), generators):
+                micro = [(jax.device_put(np.concatenate([input_array(b[0], fdtype) for b in batches]), rows),
+                          jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows))
+                         for batches in group]
+                state, loss = _call(step, state, micro, spec.accumulate)
                 after(float(loss))
     return recorder.result(losses, state=state_dict())
 
@@ -595,7 +614,7 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     graphdef, state, tx, done = _jax_start(spec, initial)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
     step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh,
-                                       ordered_mean=spec.ordered_mean, **_clip_args(spec))
+                                       ordered_mean=spec.ordered_mean, **_step_args(spec))
     state = jax.device_put(state, NamedSharding(mesh, P()))
     rows = NamedSharding(mesh, P(parallel.AXIS))
     fdtype = np.float64 if spec.dtype == "float64" else np.float32
@@ -618,12 +637,12 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
     mine = range(rank * local, (rank + 1) * local)
     generators = rank_generators(spec, mine)
     with replica_generators(parallel.AXIS, generators):  # dropout: each replica its rank's generator
-        for batches in _rank_batches(spec, spec.world_size, mine, generators):
-            x = np.concatenate([input_array(b[0], fdtype) for b in batches])
-            y = np.concatenate([np.asarray(b[1]) for b in batches])
-            gx = jax.make_array_from_process_local_data(rows, x)
-            gy = jax.make_array_from_process_local_data(rows, y)
-            state, loss = step(state, gx, gy)
+        for group in _rank_steps(spec, spec.world_size, mine, generators):
+            micro = [(jax.make_array_from_process_local_data(rows, np.concatenate([input_array(b[0], fdtype)
+                                                                                   for b in batches])),
+                      jax.make_array_from_process_local_data(rows, np.concatenate([np.asarray(b[1]) for b in batches])))
+                     for batches in group]
+            state, loss = _call(step, state, micro, spec.accumulate)
             losses.append(float(loss))
             now = done + len(losses)
             recorder.after(now, state_dict, losses[-1])

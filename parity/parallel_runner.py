@@ -103,7 +103,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
 
     x, y = arrays(True)
     n, batch = par.world_size, cfg.data.batch_size
-    per_epoch = ddp_steps_per_epoch(len(x), n, batch)
+    per_epoch = ddp_steps_per_epoch(len(x), n, batch, cfg.train.accumulate)
     total = cfg.train.epochs * per_epoch
     steps = total if max_steps is None and cfg.train.max_steps is None else min(
         max_steps if max_steps is not None else cfg.train.max_steps, total)
@@ -116,7 +116,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     paths = (cfg.model.torch, cfg.model.jax) if cfg.model.by_import_path else None
     spec = DDPSpec(cfg.model.torch if paths else cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y,
                    world_size=n, model_paths=paths, clip_grad_norm=cfg.train.clip_grad_norm,
-                   clip_grad_norm_type=cfg.train.clip_grad_norm_type,
+                   clip_grad_norm_type=cfg.train.clip_grad_norm_type, accumulate=cfg.train.accumulate,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,

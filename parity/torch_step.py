@@ -66,16 +66,22 @@ def torch_train_step(model: torch.nn.Module, loss_fn: Any, optimizer: torch.opti
 
     Each loss is divided by ``accumulate`` before its ``backward()`` also when
     fewer micro-batches are given (an epoch's trailing group), as the recipe's
-    ``loss / k`` is. ``autocast`` (``torch.bfloat16``) runs each forward and
+    ``loss / k`` is. A ``DistributedDataParallel`` model runs all but the last
+    micro-batch under ``model.no_sync()``, so each rank sums its gradients
+    locally and the last backward all-reduces the sums once. ``autocast`` (``torch.bfloat16``) runs each forward and
     loss under ``torch.autocast("cpu", dtype=autocast)``; the backward and the
     step run outside it, as torch's AMP recipe has them.
     """
     optimizer.zero_grad()
     losses = []
-    for x, y in micro_batches:
-        with autocast_context(autocast):
-            loss = loss_fn(model(model_input(x, dtype)), y)
-        (loss if accumulate == 1 else loss / accumulate).backward()
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    for i, (x, y) in enumerate(micro_batches):
+        # DDP: the first micro-batches accumulate each rank's gradients locally (no_sync), the last one's
+        # backward all-reduces the sums, as a DDP recipe with gradient accumulation writes it.
+        with model.no_sync() if ddp and i < len(micro_batches) - 1 else contextlib.nullcontext():
+            with autocast_context(autocast):
+                loss = loss_fn(model(model_input(x, dtype)), y)
+            (loss if accumulate == 1 else loss / accumulate).backward()
         losses.append(float(loss.item()))
     if clip_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm, norm_type)

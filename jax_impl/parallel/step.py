@@ -90,7 +90,8 @@ def train_step_fn(
     ordered_mean: bool = False,
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
-) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    accumulate: int = 1,
+) -> Callable[..., tuple[TrainState, Any]]:
     """The per-replica DDP step ``(state, x, y) -> (state, mean loss over replicas)``.
 
     Call it under a mapping that names ``axis_name`` (``jax.pmap``,
@@ -116,14 +117,28 @@ def train_step_fn(
         max_norm, norm_type)`` called between ``backward()`` (DDP's averaged
         gradients, the same on every rank) and ``step()``; ``None`` clips nothing.
       norm_type: the clip's ``p``.
+      accumulate: ``k > 1``: gradient accumulation as a DDP recipe writes it,
+        each rank running ``with ddp.no_sync(): (loss_fn(ddp(x), y) / k).backward()``
+        on its first micro-batches and ``(loss / k).backward()`` on the last
+        (which all-reduces the summed gradients) before ``step()``. The step
+        then takes ``(state, micro_batches)``, a sequence of 1 to ``k``
+        ``(x, y)`` pairs (an epoch's trailing group may be shorter; each loss
+        is still divided by ``k``): each replica sums its micro-batches'
+        gradients in order, and the sums are averaged over replicas once.
+        DDP broadcasts rank 0's buffers only before a forward that follows a
+        synchronising one, i.e. before a step's first micro-batch: replica
+        0's buffers after the step, as without accumulation. Its loss is the
+        mean over replicas of each replica's mean micro-batch loss.
 
     Returns:
       The step function. Its loss is the mean of the replicas' local losses.
     """
     import optax
 
-    def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
-        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
+    if not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
+
+    def finish(state: TrainState, grads: Any, buffers: Any, loss: Any) -> tuple[TrainState, Any]:
         grads = _mean(grads, axis_name, ordered_mean)
         if clip_grad_norm is not None:
             grads = clip_grad_norm_(grads, clip_grad_norm, norm_type)[1]
@@ -136,7 +151,24 @@ def train_step_fn(
             buffers = _from_replica_zero(buffers, axis_name)
         return TrainState(params, buffers, opt_state), _mean(loss, axis_name, ordered_mean)
 
-    return step
+    def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
+        return finish(state, grads, buffers, loss)
+
+    def accumulating_step(state: TrainState, micro_batches: Any) -> tuple[TrainState, Any]:
+        batches = list(micro_batches)
+        if not 1 <= len(batches) <= accumulate:
+            raise ValueError(f"expected 1 to {accumulate} micro-batches, got {len(batches)}")
+        buffers, grads, total = state.buffers, None, None
+        for x, y in batches:
+            loss, micro, buffers = loss_and_grads(graphdef, loss_fn, state._replace(buffers=buffers), x, y,
+                                                  accumulate)
+            # torch's AccumulateGrad: `.grad += new`, the running sum first.
+            grads = micro if grads is None else jax.tree.map(lambda a, g: a + g, grads, micro)
+            total = loss if total is None else total + loss
+        return finish(state, grads, buffers, total / len(batches))
+
+    return step if accumulate == 1 else accumulating_step
 
 
 def replicate(tree: Any, devices: list[Any] | None = None, *, copies: int | None = None) -> Any:
@@ -169,14 +201,17 @@ def pmap_train_step(
     ordered_mean: bool = False,
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
-) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    accumulate: int = 1,
+) -> Callable[..., tuple[TrainState, Any]]:
     """The DDP step under ``jax.pmap``: state from :func:`replicate`, batches shaped ``(devices, local_batch, ...)``.
 
     The state is donated (updated in place). Returns ``(state, loss)`` with the
-    loss replicated (``loss[0]`` is the mean over replicas).
+    loss replicated (``loss[0]`` is the mean over replicas). ``accumulate`` as
+    :func:`train_step_fn`'s (micro-batches each shaped ``(devices, local_batch, ...)``).
     """
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
-                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type)
+                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type,
+                         accumulate=accumulate)
     return jax.pmap(step, axis_name=axis_name, devices=devices, donate_argnums=(0,))
 
 
@@ -191,7 +226,8 @@ def sharded_train_step(
     ordered_mean: bool = False,
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
-) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    accumulate: int = 1,
+) -> Callable[..., tuple[TrainState, Any]]:
     """The DDP step as ``jax.jit`` of ``shard_map`` over ``mesh`` (pmap's successor).
 
     The state is replicated over the mesh (``NamedSharding(mesh, P())``), the
@@ -199,14 +235,16 @@ def sharded_train_step(
     ``i`` of the mesh holds rows ``[i * local, (i + 1) * local)``, i.e. rank
     ``i``'s local batch. Works the same when the mesh spans several processes
     (``jax.distributed``): build the global batch with
-    ``jax.make_array_from_process_local_data``.
+    ``jax.make_array_from_process_local_data``. ``accumulate`` as
+    :func:`train_step_fn`'s (each micro-batch a global batch).
     """
     from jax.sharding import PartitionSpec as P
 
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
-                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type)
-    mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(axis_name), P(axis_name)), out_specs=(P(), P()),
-                           check_vma=False)
+                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type,
+                         accumulate=accumulate)
+    batch = (P(axis_name),) if accumulate > 1 else (P(axis_name), P(axis_name))  # micro-batches: one spec each leaf
+    mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), *batch), out_specs=(P(), P()), check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,))
 
 
@@ -220,15 +258,18 @@ def vmap_train_step(
     ordered_mean: bool = False,
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
-) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    accumulate: int = 1,
+) -> Callable[..., tuple[TrainState, Any]]:
     """The DDP step for N replicas on one device: ``jax.jit`` of ``jax.vmap`` over a named axis.
 
     The same per-replica function as :func:`pmap_train_step`, with the same
     arguments (state from ``replicate(state, copies=N)``, batches shaped
     ``(N, local_batch, ...)``) and results; the collectives (``pmean``,
     SyncBatchNorm's ``psum``) run over the vmapped axis. For N ranks'
-    arithmetic where fewer than N devices exist.
+    arithmetic where fewer than N devices exist. ``accumulate`` as
+    :func:`train_step_fn`'s.
     """
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
-                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type)
+                         ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type,
+                         accumulate=accumulate)
     return jax.jit(jax.vmap(step, axis_name=axis_name), donate_argnums=(0,))

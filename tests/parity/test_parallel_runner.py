@@ -102,6 +102,29 @@ def test_a_users_model_by_import_path_runs_data_parallel(tmp_path, sync_bn, drop
                                              "fc.bias", "bn.running_mean", "bn.running_var"}
 
 
+@pytest.mark.slow  # ~20 s each: 2 torch ranks, then 2 JAX devices or processes (float64: no floor twin)
+@pytest.mark.parametrize(("accumulate", "sync_bn", "dropout", "layout"), [
+    (2, False, 0.0, ["parallel.jax_mode=pmap"]),
+    (3, False, 0.5, ["parallel.jax_mode=sharded", "parallel.processes=2"]),
+    (3, True, 0.0, ["parallel.jax_mode=sharded"]),
+])
+def test_gradient_accumulation_runs_data_parallel(tmp_path, accumulate, sync_bn, dropout, layout):
+    """train.accumulate on 2 ranks, float64, a user's net with BatchNorm: each torch rank runs its first
+    micro-batches under ddp.no_sync() and all-reduces the summed gradients on the last (SyncBatchNorm:
+    torch's global-batch reference on CPU), the JAX step sums each replica's micro-batch gradients and
+    averages once. 23 batches an epoch make 12 (k=2) or 8 (k=3) optimizer steps, the last group shorter and
+    its last batch partial; 20 steps cross the epoch. Parameters and running statistics within 1e-10."""
+    model = USER_MODEL.replace("width: 4", f"width: 4, dropout: {dropout}")
+    cfg = load_config("lenet_digits_ddp", [model, "train.dtype=float64", "data.batch_size=32", *layout,
+                                           f"train.accumulate={accumulate}", f"parallel.sync_bn={str(sync_bn).lower()}",
+                                           "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
+    report = run_experiment(cfg, max_steps=20 if accumulate == 2 else 14, runs_dir=tmp_path, progress=False)
+    per_epoch = -(-23 // accumulate)
+    assert [e.steps for e in report.epochs] == [per_epoch, 20 if accumulate == 2 else 14]
+    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
+    assert report.epochs[-1].buffer_max_rel <= 1e-10 and report.epochs[-1].agreement == 1.0
+
+
 @pytest.mark.slow  # ~40 s: 2 torch ranks, then 2 JAX processes
 def test_the_mnist_example_runs_data_parallel(tmp_path):
     """configs/mnist_example.yaml (the user's network with two dropouts and the user's data by import path,
@@ -116,7 +139,7 @@ def test_the_mnist_example_runs_data_parallel(tmp_path):
 
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
-    for override in ("data.transform=[ToTensor]", "model.init=seed", "train.accumulate=2"):
+    for override in ("data.transform=[ToTensor]", "model.init=seed", "train.autocast=bfloat16"):
         assert main([*args, override]) == 2  # never silently ignored
         assert "not supported in data-parallel runs" in capsys.readouterr().err
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
