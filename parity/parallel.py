@@ -124,6 +124,9 @@ class DDPSpec:
     # Gradient accumulation (train.accumulate): each optimizer step runs this many local batches per rank,
     # DDP's ddp.no_sync() on all but the last; steps count optimizer steps.
     accumulate: int = 1
+    # train.autocast: "bfloat16" runs each forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+    # (float32 runs; the float64 twin runs without it, as torch's autocast leaves float64 alone); None: off.
+    autocast: str | None = None
     # A folder where rank 0 / replica 0 writes each whole epoch as it completes (parity.staging), under
     # stage_key ("torch", "floor" or "jax"): what an interrupted run keeps. None: nothing written.
     stage_dir: str | None = None
@@ -283,7 +286,8 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             lrs.append(float(optimizer.param_groups[0]["lr"]))
             micro = [(x.to(device), y.to(device)) for x, y in group]
             loss = step_loss(torch_train_step(ddp, loss_fn, optimizer, micro, dtype=dtype,
-                                              accumulate=spec.accumulate, **_clip_args(spec)))
+                                              accumulate=spec.accumulate, autocast=_torch_autocast(spec),
+                                              **_clip_args(spec)))
             mean = torch.tensor(loss, dtype=dtype)  # the rank's float32 / float64 loss, exactly
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
@@ -324,7 +328,8 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
                   torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))) for batches in group]
         lrs.append(float(optimizer.param_groups[0]["lr"]))
         losses.append(step_loss(torch_train_step(model, loss_fn, optimizer, micro, dtype=dtype,
-                                                 accumulate=spec.accumulate, **_clip_args(spec))))
+                                                 accumulate=spec.accumulate, autocast=_torch_autocast(spec),
+                                                 **_clip_args(spec))))
         recorder.after(step + 1, state, losses[-1])
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
@@ -479,8 +484,18 @@ def _clip_args(spec: DDPSpec) -> dict[str, Any]:
 
 
 def _step_args(spec: DDPSpec) -> dict[str, Any]:
-    """The keyword arguments of ``jax_impl.parallel``'s steps: clipping and accumulation."""
-    return {**_clip_args(spec), "accumulate": spec.accumulate}
+    """The keyword arguments of ``jax_impl.parallel``'s steps: clipping, accumulation and autocast."""
+    import jax.numpy as jnp
+
+    autocast = jnp.dtype(spec.autocast) if spec.autocast is not None and spec.dtype == "float32" else None
+    return {**_clip_args(spec), "accumulate": spec.accumulate, "autocast": autocast}
+
+
+def _torch_autocast(spec: DDPSpec) -> Any:
+    """``spec.autocast`` as a torch dtype for this side (``None`` for the float64 twin, or without it)."""
+    import torch
+
+    return getattr(torch, spec.autocast) if spec.autocast is not None and spec.dtype == "float32" else None
 
 
 def input_array(batch: Any, fdtype: Any) -> np.ndarray:

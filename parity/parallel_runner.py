@@ -29,7 +29,7 @@ from parity.floor import divergence_message, judge
 from parity.progress import Phases
 from parity.parallel import input_array
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
-from parity.torch_step import model_input
+from parity.torch_step import autocast_context, model_input
 
 __all__ = ["STAGE", "run_data_parallel"]
 
@@ -117,6 +117,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     spec = DDPSpec(cfg.model.torch if paths else cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y,
                    world_size=n, model_paths=paths, clip_grad_norm=cfg.train.clip_grad_norm,
                    clip_grad_norm_type=cfg.train.clip_grad_norm_type, accumulate=cfg.train.accumulate,
+                   autocast=cfg.train.autocast,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
@@ -345,13 +346,15 @@ def _steps(runs: dict[str, Any], per_epoch: int, start: int = 0) -> list[dict[st
 
 
 class _Evaluator:
-    """Held-out predictions of a snapshot, torch's model and JAX's (each loaded with that side's state_dict)."""
+    """Held-out predictions of a snapshot, torch's model and JAX's (each loaded with that side's state_dict),
+    under ``train.autocast`` when the run trains with it (as a single-device run evaluates)."""
 
     def __init__(self, cfg: Any, initial: dict[str, np.ndarray], held_out: tuple[np.ndarray, np.ndarray] | None):
         from parity.build import cast_jax_model, float_dtypes
         from parity.models import build_models
 
         self.held_out = held_out
+        self.autocast = cfg.train.autocast
         self.t_dtype, self.np_dtype = float_dtypes(cfg.train.dtype)
         self.torch_model, self.jax_model = build_models(cfg.model, seed=cfg.train.seed)
         self.torch_model.to(self.t_dtype).eval()
@@ -360,16 +363,19 @@ class _Evaluator:
 
     def torch(self, state: dict[str, np.ndarray]) -> np.ndarray:
         self.torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        with torch.no_grad():
+        with torch.no_grad(), autocast_context(None if self.autocast is None else getattr(torch, self.autocast)):
             return self.torch_model(model_input(torch.from_numpy(self.held_out[0]), self.t_dtype)).argmax(1).numpy()
 
     def jax(self, state: dict[str, np.ndarray]) -> np.ndarray:
         import jax.numpy as jnp
 
+        from jax_impl import amp
         from parity.convert.modules import load_torch_state_dict
 
         load_torch_state_dict(self.jax_model, state)
-        return np.asarray(self.jax_model(jnp.asarray(input_array(self.held_out[0], self.np_dtype))).argmax(1))
+        autocast = amp.autocast(enabled=False) if self.autocast is None else amp.autocast(jnp.dtype(self.autocast))
+        with autocast:
+            return np.asarray(self.jax_model(jnp.asarray(input_array(self.held_out[0], self.np_dtype))).argmax(1))
 
 
 def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None,

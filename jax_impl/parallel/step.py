@@ -91,6 +91,7 @@ def train_step_fn(
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
     accumulate: int = 1,
+    autocast: Any = None,
 ) -> Callable[..., tuple[TrainState, Any]]:
     """The per-replica DDP step ``(state, x, y) -> (state, mean loss over replicas)``.
 
@@ -129,6 +130,9 @@ def train_step_fn(
         synchronising one, i.e. before a step's first micro-batch: replica
         0's buffers after the step, as without accumulation. Its loss is the
         mean over replicas of each replica's mean micro-batch loss.
+      autocast: ``jnp.bfloat16`` runs each forward and loss as under
+        ``torch.autocast("cpu", dtype=torch.bfloat16)`` on each rank
+        (:func:`jax_impl.train.train_step`'s); ``None`` runs without it.
 
     Returns:
       The step function. Its loss is the mean of the replicas' local losses.
@@ -152,7 +156,7 @@ def train_step_fn(
         return TrainState(params, buffers, opt_state), _mean(loss, axis_name, ordered_mean)
 
     def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
-        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y)
+        loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, autocast=autocast)
         return finish(state, grads, buffers, loss)
 
     def accumulating_step(state: TrainState, micro_batches: Any) -> tuple[TrainState, Any]:
@@ -162,7 +166,7 @@ def train_step_fn(
         buffers, grads, total = state.buffers, None, None
         for x, y in batches:
             loss, micro, buffers = loss_and_grads(graphdef, loss_fn, state._replace(buffers=buffers), x, y,
-                                                  accumulate)
+                                                  accumulate, autocast)
             # torch's AccumulateGrad: `.grad += new`, the running sum first.
             grads = micro if grads is None else jax.tree.map(lambda a, g: a + g, grads, micro)
             total = loss if total is None else total + loss
@@ -202,16 +206,17 @@ def pmap_train_step(
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
     accumulate: int = 1,
+    autocast: Any = None,
 ) -> Callable[..., tuple[TrainState, Any]]:
     """The DDP step under ``jax.pmap``: state from :func:`replicate`, batches shaped ``(devices, local_batch, ...)``.
 
     The state is donated (updated in place). Returns ``(state, loss)`` with the
-    loss replicated (``loss[0]`` is the mean over replicas). ``accumulate`` as
-    :func:`train_step_fn`'s (micro-batches each shaped ``(devices, local_batch, ...)``).
+    loss replicated (``loss[0]`` is the mean over replicas). ``accumulate`` and
+    ``autocast`` as :func:`train_step_fn`'s (micro-batches each shaped ``(devices, local_batch, ...)``).
     """
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
                          ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type,
-                         accumulate=accumulate)
+                         accumulate=accumulate, autocast=autocast)
     return jax.pmap(step, axis_name=axis_name, devices=devices, donate_argnums=(0,))
 
 
@@ -227,6 +232,7 @@ def sharded_train_step(
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
     accumulate: int = 1,
+    autocast: Any = None,
 ) -> Callable[..., tuple[TrainState, Any]]:
     """The DDP step as ``jax.jit`` of ``shard_map`` over ``mesh`` (pmap's successor).
 
@@ -235,14 +241,14 @@ def sharded_train_step(
     ``i`` of the mesh holds rows ``[i * local, (i + 1) * local)``, i.e. rank
     ``i``'s local batch. Works the same when the mesh spans several processes
     (``jax.distributed``): build the global batch with
-    ``jax.make_array_from_process_local_data``. ``accumulate`` as
-    :func:`train_step_fn`'s (each micro-batch a global batch).
+    ``jax.make_array_from_process_local_data``. ``accumulate`` and
+    ``autocast`` as :func:`train_step_fn`'s (each micro-batch a global batch).
     """
     from jax.sharding import PartitionSpec as P
 
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
                          ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type,
-                         accumulate=accumulate)
+                         accumulate=accumulate, autocast=autocast)
     batch = (P(axis_name),) if accumulate > 1 else (P(axis_name), P(axis_name))  # micro-batches: one spec each leaf
     mapped = jax.shard_map(step, mesh=mesh, in_specs=(P(), *batch), out_specs=(P(), P()), check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,))
@@ -259,6 +265,7 @@ def vmap_train_step(
     clip_grad_norm: float | None = None,
     norm_type: float = 2.0,
     accumulate: int = 1,
+    autocast: Any = None,
 ) -> Callable[..., tuple[TrainState, Any]]:
     """The DDP step for N replicas on one device: ``jax.jit`` of ``jax.vmap`` over a named axis.
 
@@ -266,10 +273,10 @@ def vmap_train_step(
     arguments (state from ``replicate(state, copies=N)``, batches shaped
     ``(N, local_batch, ...)``) and results; the collectives (``pmean``,
     SyncBatchNorm's ``psum``) run over the vmapped axis. For N ranks'
-    arithmetic where fewer than N devices exist. ``accumulate`` as
-    :func:`train_step_fn`'s.
+    arithmetic where fewer than N devices exist. ``accumulate`` and
+    ``autocast`` as :func:`train_step_fn`'s.
     """
     step = train_step_fn(graphdef, loss_fn, tx, axis_name=axis_name, broadcast_buffers=broadcast_buffers,
                          ordered_mean=ordered_mean, clip_grad_norm=clip_grad_norm, norm_type=norm_type,
-                         accumulate=accumulate)
+                         accumulate=accumulate, autocast=autocast)
     return jax.jit(jax.vmap(step, axis_name=axis_name), donate_argnums=(0,))
