@@ -136,7 +136,9 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         validate_spec(spec)
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
-    init = "initial weights: the torch model's, copied into every JAX replica"
+    init, jax_initial = "initial weights: the torch model's, copied into every JAX replica", None
+    if cfg.model.init == "seed" and only != "torch" and ckpt is None:
+        init, jax_initial = _own_init(cfg)
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=steps, init=init)
     folder = None
     if ckpt is not None:
@@ -156,7 +158,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     if stage is not None:
         staging.clear(stage)  # a previous, interrupted run's in the folder this one resumes in
     try:
-        runs = _train(spec, cfg, only, phases, stage)
+        runs = _train(spec, cfg, only, phases, stage, jax_initial)
     except BaseException as error:  # the run folder keeps the whole epochs every side finished, and why it stopped
         report.interrupted, report.passed = True, False
         report.message = ("interrupted (SIGINT/SIGTERM)" if isinstance(error, KeyboardInterrupt)
@@ -307,9 +309,24 @@ def _where(spec: Any) -> str:
     return " vs ".join(_sides(spec))
 
 
-def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | None = None) -> dict[str, Any]:
+def _own_init(cfg: Any) -> tuple[str, dict[str, np.ndarray]]:
+    """``model.init: seed``: the report's init line and the JAX model's own initial weights after the seed
+    (jax_impl's init drawing from jax_impl.random as torch's from its generator), for every replica."""
+    from parity.build import init_note
+    from parity.convert.modules import module_state
+    from parity.models import build_models
+
+    torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
+    note = init_note(cfg, torch_model, jax_model).replace("each framework's own init",
+                                                          "each framework's own init (every JAX replica)")
+    return note, {k: np.array(v[...]) for k, v in module_state(jax_model).items()}
+
+
+def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | None = None,
+           jax_initial: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Each side's run (``{"losses", "snapshots", "seconds", "state", ...}``), and torch's float64 twin of a
-    float32 run (``"floor"``); each side's whole epochs staged in ``stage`` as it goes."""
+    float32 run (``"floor"``); each side's whole epochs staged in ``stage`` as it goes. ``jax_initial``: the
+    JAX side's own initial weights (``model.init: seed``); ``None``: torch's."""
     from parity.parallel import initial_state, jax_run, torch_reference
 
     initial = initial_state(spec)
@@ -326,7 +343,7 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | 
             runs["floor"] = torch_reference(side("floor", dtype="float64"), initial, floor=True)
     if only != "torch":
         phases(f"{_sides(spec)[1]}: compiling and training {spec.steps} steps")
-        runs["jax"] = jax_run(side("jax"), initial)
+        runs["jax"] = jax_run(side("jax"), initial if jax_initial is None else jax_initial)
     return runs
 
 

@@ -355,8 +355,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         if self.parallel is not None and self.parallel.world_size > 1:
-            for section, key, default in (("data", "transform", ()), ("data", "eval_transform", None),
-                                          ("model", "init", "copy")):
+            for section, key, default in (("data", "transform", ()), ("data", "eval_transform", None)):
                 _require(getattr(getattr(self, section), key) == default, f"{section}.{key}",
                          "not supported in data-parallel runs (parallel.world_size > 1)")
 

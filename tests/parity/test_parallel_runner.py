@@ -125,6 +125,18 @@ def test_gradient_accumulation_runs_data_parallel(tmp_path, accumulate, sync_bn,
     assert report.epochs[-1].buffer_max_rel <= 1e-10 and report.epochs[-1].agreement == 1.0
 
 
+@pytest.mark.slow  # ~20 s: 2 torch ranks, then 2 JAX devices (float64: no floor twin)
+def test_each_side_initialises_itself_in_a_data_parallel_run(tmp_path):
+    """model.init: seed on 2 ranks, float64: every JAX replica starts from jax_impl's own init after the
+    seed (torch's draws, from jax_impl.random), DDP's ranks from torch's; the report says how far apart
+    they started (identical) and the run is strict."""
+    cfg = load_config("lenet_digits_ddp", ["model.init=seed", "train.dtype=float64", "data.batch_size=64",
+                                           "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
+    report = run_experiment(cfg, max_steps=12, runs_dir=tmp_path, progress=False)
+    assert "own init (every JAX replica) after seed 0 (model.init: seed), identical to torch's" in report.init
+    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
+
+
 @pytest.mark.slow  # ~40 s: 2 torch ranks twice (bf16 autocast in float32, its float64 twin), 2 JAX devices
 def test_bf16_autocast_runs_data_parallel(tmp_path):
     """train.autocast: bfloat16 on 2 ranks, LeNet on digits: each torch rank's forward under
@@ -153,7 +165,7 @@ def test_the_mnist_example_runs_data_parallel(tmp_path):
 
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
-    for override in ("data.transform=[ToTensor]", "model.init=seed"):
+    for override in ("data.transform=[ToTensor]", "data.eval_transform=[ToTensor]"):
         assert main([*args, override]) == 2  # never silently ignored
         assert "not supported in data-parallel runs" in capsys.readouterr().err
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
