@@ -51,6 +51,7 @@ __all__ = [
     "jax_run",
     "param_names",
     "rank_generators",
+    "rank_transform",
     "steps_per_epoch",
     "torch_reference",
     "validate_spec",
@@ -127,6 +128,9 @@ class DDPSpec:
     # train.autocast: "bfloat16" runs each forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
     # (float32 runs; the float64 twin runs without it, as torch's autocast leaves float64 alone); None: off.
     autocast: str | None = None
+    # data.transform's configs (parity.config.TransformConfig): each rank applies them to its samples, as its
+    # DataLoader fetches them; random ones draw from the rank's global generator. (): the arrays as they are.
+    transform: tuple[Any, ...] = ()
     # A folder where rank 0 / replica 0 writes each whole epoch as it completes (parity.staging), under
     # stage_key ("torch", "floor" or "jax"): what an interrupted run keeps. None: nothing written.
     stage_dir: str | None = None
@@ -239,7 +243,14 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     ddp = parallel.wrap(model, sync_bn=spec.sync_bn, device="cuda" if cuda else "cpu")
     optimizer = _torch_optimizer(spec, ddp.module)
     scheduler = _torch_scheduler(spec, optimizer)
-    dataset = torch.utils.data.TensorDataset(model_input(torch.from_numpy(spec.x), dtype), torch.from_numpy(spec.y))
+    if spec.transform:  # each sample through torch_ref's transforms as the loader fetches it; cast at the step
+        from parity.build import transforms
+        from torch_ref.data import TransformedDataset
+
+        dataset = TransformedDataset(torch.from_numpy(spec.x), torch.from_numpy(spec.y), transforms(spec.transform)[0])
+    else:
+        dataset = torch.utils.data.TensorDataset(model_input(torch.from_numpy(spec.x), dtype),
+                                                 torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
     loss_fn = _loss(spec, torch.nn)
@@ -394,12 +405,18 @@ def _rank_steps(spec: DDPSpec, world_size: int, ranks: range, generators: Sequen
     from jax_impl.data import DataLoader, DistributedSampler, TensorDataset
     from parity.torch_step import micro_batch_groups
 
-    dataset = TensorDataset(spec.x, spec.y)
-    samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=spec.seed)
-                for r in ranks]
-    loaders = [DataLoader(dataset, batch_size=spec.local_batch, sampler=s,
+    if spec.transform:  # rank r's samples through jax_impl's transforms, random ones drawing from its generator
+        from jax_impl.data.datasets import ArrayDataset
+
+        datasets = [ArrayDataset(spec.x, spec.y, rank_transform(spec.transform, None if generators is None
+                                                                else generators[r])) for r in ranks]
+    else:
+        datasets = [TensorDataset(spec.x, spec.y)] * len(ranks)
+    samplers = [DistributedSampler(d, num_replicas=world_size, rank=r, shuffle=True, seed=spec.seed)
+                for r, d in zip(ranks, datasets, strict=True)]
+    loaders = [DataLoader(d, batch_size=spec.local_batch, sampler=s,
                           generator=None if generators is None else generators[r])
-               for r, s in zip(ranks, samplers, strict=True)]
+               for r, d, s in zip(ranks, datasets, samplers, strict=True)]
     start = _start(spec, "jax")
     step, epoch = (start["step"], start["epoch"]) if start is not None else (0, 0)
     while step < spec.steps:
@@ -411,6 +428,18 @@ def _rank_steps(spec: DDPSpec, world_size: int, ranks: range, generators: Sequen
             yield [list(batches) for batches in group]
             step += 1
         epoch += 1
+
+
+def rank_transform(configs: Any, generator: Any) -> Any:
+    """The JAX side's ``Compose`` of transform ``configs`` whose random transforms draw from ``generator``
+    (a rank's ``jax_impl.random.Generator``; ``None``: the global one)."""
+    from parity.build import transforms
+
+    compose = transforms(configs)[1]
+    for transform in compose.transforms:
+        if hasattr(transform, "generator"):
+            transform.generator = generator
+    return compose
 
 
 def _call(step: Any, state: Any, micro: list[tuple[Any, Any]], accumulate: int) -> tuple[Any, Any]:

@@ -76,6 +76,10 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                               path="--resume")
     if cfg.model.by_import_path and cfg.model.ported:
         raise ConfigError("data-parallel runs take the JAX model by import path, not jax: auto", path="model.jax")
+    if cfg.data.transform and par.sync_bn and not torch.cuda.is_available():
+        raise ConfigError("data.transform with SyncBatchNorm on CPU is not supported (its torch reference trains "
+                          "the global batch in one process, not each rank's transformed samples)",
+                          path="data.transform")
     if par.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("backend nccl needs CUDA; use gloo (or auto) on CPU", path="parallel.backend")
     if hosts is not None:
@@ -117,7 +121,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     spec = DDPSpec(cfg.model.torch if paths else cfg.model.name, cfg.model.resolved_kwargs(), cfg.optimizer, x, y,
                    world_size=n, model_paths=paths, clip_grad_norm=cfg.train.clip_grad_norm,
                    clip_grad_norm_type=cfg.train.clip_grad_norm_type, accumulate=cfg.train.accumulate,
-                   autocast=cfg.train.autocast,
+                   autocast=cfg.train.autocast, transform=cfg.data.transform,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
                    backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
@@ -373,6 +377,21 @@ class _Evaluator:
         self.held_out = held_out
         self.autocast = cfg.train.autocast
         self.t_dtype, self.np_dtype = float_dtypes(cfg.train.dtype)
+        # The held-out samples through each side's eval transforms (data.eval_transform, default the training
+        # ones), once; random ones draw from a generator seeded with train.seed on both sides.
+        self.t_x = self.j_x = None if held_out is None else held_out[0]
+        configs = cfg.data.transforms(False)
+        if held_out is not None and configs and len(held_out[0]):
+            from jax_impl.random import Generator
+            from parity.build import transforms
+            from parity.parallel import rank_transform
+
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(cfg.train.seed)
+                t_transform = transforms(configs)[0]
+                self.t_x = torch.stack([torch.as_tensor(t_transform(torch.from_numpy(v))) for v in held_out[0]]).numpy()
+            j_transform = rank_transform(configs, Generator().manual_seed(cfg.train.seed))
+            self.j_x = np.stack([np.asarray(j_transform(v)) for v in held_out[0]])
         self.torch_model, self.jax_model = build_models(cfg.model, seed=cfg.train.seed)
         self.torch_model.to(self.t_dtype).eval()
         cast_jax_model(self.jax_model, self.np_dtype)
@@ -381,7 +400,7 @@ class _Evaluator:
     def torch(self, state: dict[str, np.ndarray]) -> np.ndarray:
         self.torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         with torch.no_grad(), autocast_context(None if self.autocast is None else getattr(torch, self.autocast)):
-            return self.torch_model(model_input(torch.from_numpy(self.held_out[0]), self.t_dtype)).argmax(1).numpy()
+            return self.torch_model(model_input(torch.from_numpy(self.t_x), self.t_dtype)).argmax(1).numpy()
 
     def jax(self, state: dict[str, np.ndarray]) -> np.ndarray:
         import jax.numpy as jnp
@@ -392,7 +411,7 @@ class _Evaluator:
         load_torch_state_dict(self.jax_model, state)
         autocast = amp.autocast(enabled=False) if self.autocast is None else amp.autocast(jnp.dtype(self.autocast))
         with autocast:
-            return np.asarray(self.jax_model(jnp.asarray(input_array(self.held_out[0], self.np_dtype))).argmax(1))
+            return np.asarray(self.jax_model(jnp.asarray(input_array(self.j_x, self.np_dtype))).argmax(1))
 
 
 def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None,

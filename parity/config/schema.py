@@ -353,12 +353,6 @@ class ExperimentConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     parallel: ParallelConfig | None = None
 
-    def __post_init__(self) -> None:
-        if self.parallel is not None and self.parallel.world_size > 1:
-            for section, key, default in (("data", "transform", ()), ("data", "eval_transform", None)):
-                _require(getattr(getattr(self, section), key) == default, f"{section}.{key}",
-                         "not supported in data-parallel runs (parallel.world_size > 1)")
-
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain YAML-able data (every default filled in)."""
         order = ("name", "model", "data", "optimizer", "scheduler", "train", "parallel")

@@ -125,6 +125,21 @@ def test_gradient_accumulation_runs_data_parallel(tmp_path, accumulate, sync_bn,
     assert report.epochs[-1].buffer_max_rel <= 1e-10 and report.epochs[-1].agreement == 1.0
 
 
+@pytest.mark.slow  # ~25 s each: 2 torch ranks, then 2 JAX devices or processes (float64: no floor twin)
+@pytest.mark.parametrize("layout", [["parallel.jax_mode=pmap"], ["parallel.jax_mode=sharded", "parallel.processes=2"]])
+def test_random_transforms_run_data_parallel(tmp_path, layout):
+    """data.transform with random transforms on 2 ranks, float64: each torch rank's loader crops and flips
+    its samples with torch_ref's transforms, drawing from its global generator (seed + rank), each JAX
+    replica's with jax_impl's from its rank's generator; the held-out samples go through the same
+    transforms once, seeded with train.seed on both sides. 30 steps cross an epoch: strict."""
+    transform = "data.transform=[{name: RandomCrop, size: 8, padding: 1}, {name: RandomHorizontalFlip}]"
+    cfg = load_config("lenet_digits_ddp", [transform, "train.dtype=float64", "data.batch_size=32", *layout,
+                                           "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
+    report = run_experiment(cfg, max_steps=30, runs_dir=tmp_path, progress=False)
+    assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
+    assert report.epochs[-1].agreement == 1.0 and report.epochs[-1].torch_accuracy > 0.1
+
+
 @pytest.mark.slow  # ~20 s: 2 torch ranks, then 2 JAX devices (float64: no floor twin)
 def test_each_side_initialises_itself_in_a_data_parallel_run(tmp_path):
     """model.init: seed on 2 ranks, float64: every JAX replica starts from jax_impl's own init after the
@@ -165,9 +180,9 @@ def test_the_mnist_example_runs_data_parallel(tmp_path):
 
 def test_parallel_config_rejects_what_it_cannot_run(tmp_path, capsys):
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "configs/lenet_digits_ddp.yaml"]
-    for override in ("data.transform=[ToTensor]", "data.eval_transform=[ToTensor]"):
-        assert main([*args, override]) == 2  # never silently ignored
-        assert "not supported in data-parallel runs" in capsys.readouterr().err
+    crop = "data.transform=[{name: RandomCrop, size: 8, padding: 1}]"
+    assert main([*args, crop, "parallel.sync_bn=true"]) == 2  # the CPU reference has no ranks to transform on
+    assert "data.transform with SyncBatchNorm on CPU is not supported" in capsys.readouterr().err
     assert main([*args, "optimizer.lr=-1"]) == 2  # torch's own check, in the launching process, before any rank
     assert "cannot build the experiment: ValueError: Invalid learning rate" in capsys.readouterr().err
     dropout = USER_MODEL.replace("width: 4", "width: 4, dropout: 0.5")
