@@ -512,19 +512,25 @@ def _clip_args(spec: DDPSpec) -> dict[str, Any]:
     return {"clip_grad_norm": spec.clip_grad_norm, "norm_type": spec.clip_grad_norm_type}
 
 
+def _autocast(spec: DDPSpec) -> str | None:
+    """This side's autocast dtype name: ``spec.autocast`` in float32 runs, ``None`` for the float64 twin
+    (torch's autocast leaves float64 tensors alone) or without it."""
+    return spec.autocast if spec.dtype == "float32" else None
+
+
 def _step_args(spec: DDPSpec) -> dict[str, Any]:
     """The keyword arguments of ``jax_impl.parallel``'s steps: clipping, accumulation and autocast."""
     import jax.numpy as jnp
 
-    autocast = jnp.dtype(spec.autocast) if spec.autocast is not None and spec.dtype == "float32" else None
+    autocast = None if _autocast(spec) is None else jnp.dtype(_autocast(spec))
     return {**_clip_args(spec), "accumulate": spec.accumulate, "autocast": autocast}
 
 
 def _torch_autocast(spec: DDPSpec) -> Any:
-    """``spec.autocast`` as a torch dtype for this side (``None`` for the float64 twin, or without it)."""
+    """This side's autocast as a torch dtype (``None``: none)."""
     import torch
 
-    return getattr(torch, spec.autocast) if spec.autocast is not None and spec.dtype == "float32" else None
+    return None if _autocast(spec) is None else getattr(torch, _autocast(spec))
 
 
 def input_array(batch: Any, fdtype: Any) -> np.ndarray:

@@ -205,16 +205,15 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     return report
 
 
+def _has_floor(cfg: Any, only: str | None) -> bool:
+    """Whether the run trains torch's float64 twin beside a float32 run (the precision floor)."""
+    return only is None and cfg.train.dtype == "float32" and cfg.train.floor
+
+
 def _staged_sides(cfg: Any, only: str | None) -> list[str]:
     """The sides a run trains, by their staging names."""
-    sides = []
-    if only != "jax":
-        sides.append("torch")
-        if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
-            sides.append("floor")
-    if only != "torch":
-        sides.append("jax")
-    return sides
+    return ((["torch"] if only != "jax" else []) + (["floor"] if _has_floor(cfg, only) else [])
+            + (["jax"] if only != "torch" else []))
 
 
 def _keep_staged(cfg: Any, spec: Any, only: str | None, report: RunReport, folder: Path, stage: Path,
@@ -321,9 +320,7 @@ def _own_init(cfg: Any) -> tuple[str, dict[str, np.ndarray]]:
     from parity.models import build_models
 
     torch_model, jax_model = build_models(cfg.model, seed=cfg.train.seed)
-    note = init_note(cfg, torch_model, jax_model).replace("each framework's own init",
-                                                          "each framework's own init (every JAX replica)")
-    return note, {k: np.array(v[...]) for k, v in module_state(jax_model).items()}
+    return init_note(cfg, torch_model, jax_model), {k: np.array(v[...]) for k, v in module_state(jax_model).items()}
 
 
 def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | None = None,
@@ -342,7 +339,7 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | 
     if only != "jax":
         phases(f"{_sides(spec)[0]}: training {spec.steps} steps")
         runs["torch"] = torch_reference(side("torch"), initial)
-        if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
+        if _has_floor(cfg, only):
             phases(f"the same torch run in float64 beside it (torch's own float32 floor): {spec.steps} steps")
             runs["floor"] = torch_reference(side("floor", dtype="float64"), initial, floor=True)
     if only != "torch":

@@ -148,7 +148,7 @@ def test_each_side_initialises_itself_in_a_data_parallel_run(tmp_path):
     cfg = load_config("lenet_digits_ddp", ["model.init=seed", "train.dtype=float64", "data.batch_size=64",
                                            "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"])
     report = run_experiment(cfg, max_steps=12, runs_dir=tmp_path, progress=False)
-    assert "own init (every JAX replica) after seed 0 (model.init: seed), identical to torch's" in report.init
+    assert "each framework's own init after seed 0 (model.init: seed), identical to torch's" in report.init
     assert report.passed and report.epochs[-1].param_max_rel <= 1e-10, report.message
 
 
@@ -260,18 +260,24 @@ def test_resnet18_float32_data_parallel_is_judged_against_torchs_floor(tmp_path)
     assert report.epochs[-1].agreement >= 0.9
 
 
+def _straight_then_resumed(tmp_path, overrides):
+    """``(straight, first, resumed)``: lenet_digits_ddp with ``overrides`` for two epochs, for one epoch
+    into ``tmp_path``, and that one resumed from its checkpoint to two."""
+    def run(epochs, **kwargs):
+        return run_experiment(load_config("lenet_digits_ddp", [*overrides, f"train.epochs={epochs}"]),
+                              progress=False, **kwargs)
+
+    straight, first = run(2, write=False), run(1, runs_dir=tmp_path)
+    return straight, first, run(2, runs_dir=tmp_path, resume=f"{first.run_dir}/checkpoint.pt")
+
+
 @pytest.mark.slow  # ~90 s: three data-parallel runs of 12 steps an epoch
 def test_a_data_parallel_run_resumes_on_its_trajectory(tmp_path):
     """One epoch, then --resume to two: every step's torch, JAX and torch-float64 loss equals the straight
     two-epoch run's (rank 0's and replica 0's model and optimizer state, torch's scheduler, the float64
     twin's state, the samplers' epoch), in the first run's folder, one report from step 0."""
     overrides = ["data.batch_size=64", "scheduler={name: StepLR, step_size: 1, gamma: 0.5}"]
-    straight = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), write=False,
-                              progress=False)
-    first = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=1"]), runs_dir=tmp_path,
-                           progress=False)
-    resumed = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), runs_dir=tmp_path,
-                             progress=False, resume=f"{first.run_dir}/checkpoint.pt")
+    straight, first, resumed = _straight_then_resumed(tmp_path, overrides)
     for key in ("torch_loss", "jax_loss", "torch_f64_loss", "lr"):
         assert [s[key] for s in resumed.steps] == [s[key] for s in straight.steps], key
     assert resumed.run_dir == first.run_dir and [e.steps for e in resumed.epochs] == [12, 24]
@@ -325,12 +331,7 @@ def test_a_data_parallel_run_with_dropout_resumes_on_its_trajectory(tmp_path, la
     model = USER_MODEL.replace("width: 4", "width: 4, dropout: 0.5")
     overrides = [model, "train.dtype=float64", "data.batch_size=32", *layout,
                  "train.tolerance={rtol: 1.0e-10, atol: 1.0e-12}"]
-    straight = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), write=False,
-                              progress=False)
-    first = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=1"]), runs_dir=tmp_path,
-                           progress=False)
-    resumed = run_experiment(load_config("lenet_digits_ddp", [*overrides, "train.epochs=2"]), runs_dir=tmp_path,
-                             progress=False, resume=f"{first.run_dir}/checkpoint.pt")
+    straight, _, resumed = _straight_then_resumed(tmp_path, overrides)
     for key in ("torch_loss", "jax_loss"):
         assert [s[key] for s in resumed.steps] == [s[key] for s in straight.steps], key
     assert resumed.passed and [e.steps for e in resumed.epochs] == [23, 46], resumed.message
