@@ -12,6 +12,7 @@ float32 DDP run with its float64 twin: the precision floor of
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from parity import staging
+from parity import interrupt, staging
 from parity.build import user_arrays
 from parity.compare import compare, scaled_error
 from parity.config import ConfigError
@@ -59,7 +60,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     """
     from jax_impl.data import datasets as jdata
     from jax_impl.data.collate import default_collate
-    from parity.parallel import DDPSpec, initial_state, validate_spec
+    from parity.parallel import DDPSpec, validate_spec
     from parity.parallel import steps_per_epoch as ddp_steps_per_epoch
 
     from parity.checkpoint import CheckpointError, check_resumable, read_checkpoint
@@ -161,48 +162,63 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     stage = folder / STAGE if folder is not None and cfg.train.checkpoint == "every" else None
     if stage is not None:
         staging.clear(stage)  # a previous, interrupted run's in the folder this one resumes in
+    before = (list(report.steps), list(report.epochs))  # a resumed run's rows, from its checkpoint
     try:
-        runs = _train(spec, cfg, only, phases, stage, jax_initial)
+        with interrupt.immediate():  # this process only waits for the ranks: a signal stops them at once
+            runs = _train(spec, cfg, only, phases, stage, jax_initial)
+        if hosts is not None and hosts.process_id != 0:
+            report.message = (f"process {hosts.process_id} of {hosts.num_processes} trained its ranks; process 0 "
+                              f"(on {hosts.address}) compares them and writes the report")
+            return report
+        phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
+        _rows(cfg, spec, only, report, runs, ends, per_epoch, start, held_out)
+        if only is None:
+            judge(report, cfg.train.tolerance.rtol)
+            report.first_divergent_step = _first_divergent_step(report, cfg.train.tolerance)
+            where = _where(spec)
+            if report.passed and report.passed_by == "tolerance":
+                report.message = where
+            elif not report.passed:
+                report.message = f"{where}, {steps} steps: " + divergence_message(
+                    report.epochs[-1], cfg.train.tolerance.rtol, report.first_divergent_step)
+        if folder is not None:
+            _checkpoint(cfg, runs, report, folder / "checkpoint.pt")
+            write_report(report, folder)
     except BaseException as error:  # the run folder keeps the whole epochs every side finished, and why it stopped
+        # A rank that took the signal itself (Ctrl-C reaches the whole process group) reports KeyboardInterrupt.
+        signalled = isinstance(error, KeyboardInterrupt) or getattr(error, "exc_type", None) == "KeyboardInterrupt"
+        report.steps, report.epochs, report.first_divergent_step = list(before[0]), list(before[1]), None
         report.interrupted, report.passed = True, False
-        report.message = ("interrupted (SIGINT/SIGTERM)" if isinstance(error, KeyboardInterrupt)
+        report.message = ("interrupted (SIGINT/SIGTERM)" if signalled
                           else f"stopped by {type(error).__name__}: {error}")
         if folder is not None:
-            try:
+            # BaseException: a signal that arrives meanwhile must not cost the report.
+            with contextlib.suppress(BaseException):
                 if stage is not None:
-                    _keep_staged(cfg, spec, only, report, folder, stage, ends, per_epoch, start, held_out, phases)
-            except Exception:  # noqa: BLE001 - the first error is the one to report
-                pass
-            try:
+                    _keep_staged(cfg, spec, only, report, folder, stage, ends, per_epoch, start, held_out)
+            with contextlib.suppress(BaseException):
                 write_report(report, folder)
-            except Exception:  # noqa: BLE001 - the first error is the one to report
-                pass
             error.parity_run_dir = str(folder)
+        if signalled and not isinstance(error, KeyboardInterrupt):
+            stopped = KeyboardInterrupt(str(error).splitlines()[0])
+            stopped.parity_run_dir = getattr(error, "parity_run_dir", None)
+            raise stopped from error
         raise
-    if hosts is not None and hosts.process_id != 0:
-        report.message = (f"process {hosts.process_id} of {hosts.num_processes} trained its ranks; process 0 "
-                          f"(on {hosts.address}) compares them and writes the report")
-        return report
-    phases("comparing rank 0's parameters and buffers per epoch; evaluating both on the held-out split")
+    finally:
+        if stage is not None:
+            staging.clear(stage)
+    return report
+
+
+def _rows(cfg: Any, spec: Any, only: str | None, report: RunReport, runs: dict[str, Any], ends: tuple[int, ...],
+          per_epoch: int, start: int, held_out: Any) -> None:
+    """Append the sides' step rows and a compared, evaluated row for each epoch end in ``ends``."""
+    from parity.parallel import initial_state
+
     report.steps = report.steps + _steps(runs, per_epoch, start)
     evaluate = _Evaluator(cfg, initial_state(spec), held_out)
     for end in ends:
         report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
-    if only is None:
-        judge(report, cfg.train.tolerance.rtol)
-        report.first_divergent_step = _first_divergent_step(report, cfg.train.tolerance)
-        where = _where(spec)
-        if report.passed and report.passed_by == "tolerance":
-            report.message = where
-        elif not report.passed:
-            report.message = f"{where}, {steps} steps: " + divergence_message(
-                report.epochs[-1], cfg.train.tolerance.rtol, report.first_divergent_step)
-    if folder is not None:
-        _checkpoint(cfg, runs, report, folder / "checkpoint.pt")
-        write_report(report, folder)
-        if stage is not None:
-            staging.clear(stage)
-    return report
 
 
 def _has_floor(cfg: Any, only: str | None) -> bool:
@@ -217,23 +233,17 @@ def _staged_sides(cfg: Any, only: str | None) -> list[str]:
 
 
 def _keep_staged(cfg: Any, spec: Any, only: str | None, report: RunReport, folder: Path, stage: Path,
-                 ends: tuple[int, ...], per_epoch: int, start: int, held_out: Any, phases: Phases) -> None:
+                 ends: tuple[int, ...], per_epoch: int, start: int, held_out: Any) -> None:
     """After an interruption: the report's steps and epochs up to the last epoch every side completed,
     and ``checkpoint.pt`` there, from the staged epochs (:mod:`parity.staging`); then the staging removed."""
-    from parity.parallel import initial_state
-
     staged = staging.read_staged(stage, _staged_sides(cfg, only))
     if staged is None:
         report.message += "; no epoch was complete on every side, so there is no checkpoint to resume from"
         staging.clear(stage)
         return
     runs, last = staged
-    kept = [end for end in ends if end <= last]
-    phases(f"keeping the {len(kept)} epoch(s) every side completed (to step {last})")
-    report.steps = report.steps + _steps(runs, per_epoch, start)
-    evaluate = _Evaluator(cfg, initial_state(spec), held_out)
-    for end in kept:
-        report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
+    kept = tuple(end for end in ends if end <= last)
+    _rows(cfg, spec, only, report, runs, kept, per_epoch, start, held_out)
     _checkpoint(cfg, runs, report, folder / "checkpoint.pt")
     report.message += (f"; kept every step to {last} (the last epoch every side completed) and checkpoint.pt "
                        "there: --resume it to go on")

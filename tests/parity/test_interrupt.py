@@ -46,3 +46,45 @@ def test_signal_mid_run_exits_130_with_the_report_so_far(tmp_path, signum):
     done = len(report["steps"])
     assert done >= 23 and [s["step"] for s in report["steps"]] == list(range(done))
     assert read_checkpoint(folder / "checkpoint.pt").step == 23 * len(report["epochs"])
+
+
+@pytest.mark.slow  # ~25 s each: a data-parallel `parity run` stopped in its torch twin's or its JAX phase
+@pytest.mark.parametrize(("signum", "group", "phase"), [
+    (signal.SIGTERM, False, "in float64 beside it"),  # a scheduler's SIGTERM to the launcher alone
+    (signal.SIGINT, True, "JAX pmap: step 48/"),  # Ctrl-C: the whole process group, the ranks too
+])
+def test_signal_mid_data_parallel_run_exits_130_with_its_whole_epochs(tmp_path, signum, group, phase):
+    """The launcher stops at once (it only waits for its ranks), the ranks are ended, and the run folder
+    keeps a report marked interrupted: every step to the last epoch every side completed and checkpoint.pt
+    there, or, stopped before JAX's first epoch, a report that says there is nothing to resume; never the
+    staging folder."""
+    command = [sys.executable, "-m", "parity", "run", "--runs-dir", str(tmp_path), "configs/lenet_digits_ddp.yaml",
+               "data.batch_size=64", "train.epochs=40"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "COLUMNS": "80"}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        for line in process.stderr:  # the phase and progress lines
+            if phase in line or time.monotonic() > deadline:
+                break
+        if group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "parity: interrupted; the report of the steps done is in" in err
+    folder = next(tmp_path.iterdir())
+    report = json.loads((folder / "report.json").read_text())
+    assert report["interrupted"] and report["verdict"].startswith("INTERRUPTED after ")
+    assert not (folder / ".partial").exists()
+    if group:
+        epochs = [e["steps"] for e in report["epochs"]]
+        assert len(epochs) >= 3 and epochs == [12 * (i + 1) for i in range(len(epochs))]  # 48 may be unwritten
+        assert [s["step"] for s in report["steps"]] == list(range(epochs[-1]))
+        assert read_checkpoint(folder / "checkpoint.pt").step == epochs[-1]
+    else:
+        assert report["steps"] == [] and "no checkpoint to resume from" in report["message"]
+        assert not (folder / "checkpoint.pt").exists()

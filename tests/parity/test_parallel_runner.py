@@ -13,6 +13,7 @@ import pytest
 
 import parity.checkpoint
 import parity.parallel
+import parity.parallel_runner
 from jax_impl.parallel import free_port
 from parity.cli import main
 from parity.config import load_config
@@ -320,6 +321,24 @@ def test_a_data_parallel_run_stopped_mid_way_keeps_its_whole_epochs_and_resumes(
         assert [s[key] for s in resumed.steps] == [s[key] for s in straight.steps], key
     assert [e.steps for e in resumed.epochs] == [12, 24, 36] and resumed.passed
     assert resumed.epochs[-1].param_max_rel == straight.epochs[-1].param_max_rel
+
+
+@pytest.mark.slow  # ~20 s: one data-parallel run of 2 epochs
+def test_a_data_parallel_run_stopped_while_comparing_keeps_every_epoch(tmp_path, monkeypatch):
+    """Ctrl-C after every side trained, while the runner compares them: the report and checkpoint.pt hold
+    both epochs (from the staged records), and the staging folder is gone."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parity.parallel_runner, "judge", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_experiment(load_config("lenet_digits_ddp", ["data.batch_size=64", "train.epochs=2"]), runs_dir=tmp_path,
+                       progress=False)
+    folder = tmp_path / caught.value.parity_run_dir.split("/")[-1]
+    data = json.loads((folder / "report.json").read_text())
+    assert data["interrupted"] and [e["steps"] for e in data["epochs"]] == [12, 24] and len(data["steps"]) == 24
+    assert parity.checkpoint.read_checkpoint(folder / "checkpoint.pt").step == 24
+    assert not (folder / ".partial").exists()
 
 
 @pytest.mark.slow  # ~70 s each: three data-parallel runs of a user net with dropout, 2 ranks
