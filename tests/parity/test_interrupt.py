@@ -18,13 +18,27 @@ from parity.checkpoint import read_checkpoint
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _parity_run(tmp_path, *args, **popen):
+    """``parity run --runs-dir tmp_path *args`` in a subprocess, its phase lines on a stderr pipe."""
+    return subprocess.Popen([sys.executable, "-m", "parity", "run", "--runs-dir", str(tmp_path), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "80"}, **popen)
+
+
+def _interrupted_report(process, err, tmp_path):
+    """``(run folder, report)`` of a run that exited 130 with one line on stderr and an interrupted report."""
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "parity: interrupted; the report of the steps done is in" in err
+    folder = next(tmp_path.iterdir())
+    report = json.loads((folder / "report.json").read_text())
+    assert report["interrupted"] and report["verdict"].startswith("INTERRUPTED after ")
+    return folder, report
+
+
 @pytest.mark.slow  # ~12 s each (the default tier's time budget)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_run_exits_130_with_the_report_so_far(tmp_path, signum):
-    command = [sys.executable, "-m", "parity", "run", "--runs-dir", str(tmp_path), "configs/lenet_digits.yaml",
-               "data.batch_size=64", "train.epochs=1000"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "80"})
+    process = _parity_run(tmp_path, "configs/lenet_digits.yaml", "data.batch_size=64", "train.epochs=1000")
     try:
         deadline = time.monotonic() + 120
         for line in process.stderr:  # the phase lines: wait for training to start
@@ -38,11 +52,7 @@ def test_signal_mid_run_exits_130_with_the_report_so_far(tmp_path, signum):
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 130, err
-    assert "Traceback" not in err and "parity: interrupted; the report of the steps done is in" in err
-    folder = next(tmp_path.iterdir())
-    report = json.loads((folder / "report.json").read_text())
-    assert report["interrupted"] and report["verdict"].startswith("INTERRUPTED after ")
+    folder, report = _interrupted_report(process, err, tmp_path)
     done = len(report["steps"])
     assert done >= 23 and [s["step"] for s in report["steps"]] == list(range(done))
     assert read_checkpoint(folder / "checkpoint.pt").step == 23 * len(report["epochs"])
@@ -58,10 +68,8 @@ def test_signal_mid_data_parallel_run_exits_130_with_its_whole_epochs(tmp_path, 
     keeps a report marked interrupted: every step to the last epoch every side completed and checkpoint.pt
     there, or, stopped before JAX's first epoch, a report that says there is nothing to resume; never the
     staging folder."""
-    command = [sys.executable, "-m", "parity", "run", "--runs-dir", str(tmp_path), "configs/lenet_digits_ddp.yaml",
-               "data.batch_size=64", "train.epochs=40"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "80"}, start_new_session=True)
+    process = _parity_run(tmp_path, "configs/lenet_digits_ddp.yaml", "data.batch_size=64", "train.epochs=40",
+                          start_new_session=True)
     try:
         deadline = time.monotonic() + 240
         for line in process.stderr:  # the phase and progress lines
@@ -74,11 +82,7 @@ def test_signal_mid_data_parallel_run_exits_130_with_its_whole_epochs(tmp_path, 
         _, err = process.communicate(timeout=120)
     finally:
         process.kill()
-    assert process.returncode == 130, err
-    assert "Traceback" not in err and "parity: interrupted; the report of the steps done is in" in err
-    folder = next(tmp_path.iterdir())
-    report = json.loads((folder / "report.json").read_text())
-    assert report["interrupted"] and report["verdict"].startswith("INTERRUPTED after ")
+    folder, report = _interrupted_report(process, err, tmp_path)
     assert not (folder / ".partial").exists()
     if group:
         epochs = [e["steps"] for e in report["epochs"]]
