@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import jax
 
+from jax_impl.backends import mkldnn
 from jax_impl.nn import _conv_direct as direct
 from jax_impl.nn import _conv_gemm as gemm
 from jax_impl.nn import _conv_grads as grads
@@ -46,12 +47,12 @@ from jax_impl.nn import _conv_xla as xla
 
 __all__ = [
     "ROUTES", "ConvGeometry", "Route", "conv2d_core", "route_for", "takes_block_dw", "takes_direct", "takes_gemm",
-    "takes_gemm_forward", "takes_packed_dx", "takes_phase_dw", "takes_pointwise", "takes_ynn_free",
+    "takes_gemm_forward", "takes_onednn", "takes_packed_dx", "takes_phase_dw", "takes_pointwise", "takes_ynn_free",
 ]
 
 
 class ConvGeometry(NamedTuple):
-    """The shapes a route is chosen by: NCHW input, OIHW weight, ``pads`` as ``((lo, hi), (lo, hi))``."""
+    """What a route is chosen by: NCHW input, OIHW weight, ``pads`` as ``((lo, hi), (lo, hi))``, the dtype."""
 
     x_shape: tuple[int, ...]
     w_shape: tuple[int, ...]
@@ -59,13 +60,19 @@ class ConvGeometry(NamedTuple):
     pads: tuple[tuple[int, int], tuple[int, int]]
     dilation: tuple[int, int]
     out_size: tuple[int, int]
+    dtype: str = "float32"
 
     @classmethod
-    def of(cls, x_shape, w_shape, stride, pads, dilation) -> ConvGeometry:
+    def of(cls, x_shape, w_shape, stride, pads, dilation, dtype="float32") -> ConvGeometry:
         stride, dilation = tuple(stride), tuple(dilation)
         pads = tuple(tuple(p) for p in pads)
         return cls(tuple(x_shape), tuple(w_shape), stride, pads, dilation,
-                   xla.out_size(x_shape, w_shape, stride, pads, dilation))
+                   xla.out_size(x_shape, w_shape, stride, pads, dilation), str(jax.numpy.dtype(dtype)))
+
+    @property
+    def macs(self) -> int:
+        """Multiply-adds of the forward: ``N * Ho * Wo * C_out * C_in * kH * kW``."""
+        return self.pixels * self.w_shape[0] * self.w_shape[1] * self.w_shape[2] * self.w_shape[3]
 
     @property
     def pixels(self) -> int:
@@ -78,6 +85,22 @@ def _cpu() -> bool:
 
 
 # ----------------------------------------------------------------------------- predicates
+
+
+# Below this many multiply-adds a conv costs less than the custom call's fixed price (its Python handler and
+# oneDNN's reorders, tens of microseconds), and XLA's own conv keeps its summation order (the 8x8 digits'
+# convs stay XLA's).
+_ONEDNN_MIN_MACS = 1 << 22
+
+
+def takes_onednn(g: ConvGeometry) -> bool:
+    """oneDNN's convolution (:mod:`~jax_impl.nn._conv_onednn`), torch's own CPU kernel, forward and both
+    gradients: float32 on the CPU backend with oneDNN installed and ``jax_impl.backends.mkldnn`` enabled,
+    a non-empty batch and output, and at least ``2**22`` multiply-adds. oneDNN's JIT kernels run the
+    shapes XLA:CPU is slow on (thin GEMMs, batch-as-feature weight gradients) at torch's speed, with no
+    NCHW/NHWC transposes around them."""
+    return (g.dtype == "float32" and _cpu() and g.x_shape[0] > 0 and min(g.out_size) > 0
+            and g.macs >= _ONEDNN_MIN_MACS and mkldnn.is_enabled())
 
 
 def takes_pointwise(g: ConvGeometry) -> bool:
@@ -209,6 +232,12 @@ def takes_ynn_free(g: ConvGeometry) -> bool:
 # ----------------------------------------------------------------------------- the table
 
 
+def _onednn(x, w, stride, pads, dilation):
+    from jax_impl.nn import _conv_onednn  # imports jax's AD internals: only when the route is taken
+
+    return _conv_onednn.conv2d(x, w, stride, pads, dilation)
+
+
 def _pointwise(x, w, stride, pads, dilation):
     return gemm.pointwise_2d(x, w, stride, pads)  # jax's own derivatives: a dot and a strided slice
 
@@ -243,6 +272,7 @@ class Route(NamedTuple):
 
 # Looked up at call time (``module.function``), so a test can replace an implementation.
 ROUTES: tuple[Route, ...] = (
+    Route("onednn", takes_onednn, _onednn),
     Route("pointwise", takes_pointwise, _pointwise),
     Route("gemm", takes_gemm, _gemm),
     Route("direct", takes_direct, lambda *a: direct.direct_conv(*a), traced_only=True),
@@ -265,6 +295,6 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
 
     Same sums as ``lax.conv_general_dilated`` by every route (see :data:`ROUTES`).
     """
-    geometry = ConvGeometry.of(x.shape, w.shape, stride, pads, dilation)
+    geometry = ConvGeometry.of(x.shape, w.shape, stride, pads, dilation, jax.numpy.result_type(x, w))
     route = route_for(geometry, traced=isinstance(x, jax.core.Tracer))
     return route.conv(x, w, geometry.stride, geometry.pads, geometry.dilation)

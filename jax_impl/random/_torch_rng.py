@@ -142,6 +142,13 @@ class Engine:
         self._pending_next = None
         return self._bitgen.random_raw(n).astype(np.uint32)
 
+    def raw_words(self, n: int) -> np.ndarray:
+        """The next ``n`` outputs of ``engine_()``, each in a uint64 (numpy's ``random_raw``, no copy)."""
+        if n <= 0:
+            return np.empty(0, dtype=np.uint64)
+        self._pending_next = None
+        return self._bitgen.random_raw(n)
+
     def raw64(self, n: int) -> np.ndarray:
         """``random64()`` x n: ``(first << 32) | second`` (``make64BitsFrom32Bits``)."""
         w = self.raw(2 * n).astype(np.uint64)
@@ -250,7 +257,15 @@ def bernoulli(engine: Engine, n: int, p: float) -> np.ndarray:
     order (``cpu_serial_kernel``, so no dependence on the thread count), kept
     where ``(r & (2**53 - 1)) * 2**-53 < p`` in double, whatever the tensor's dtype.
     """
-    return uniform_double(engine, n) < p
+    # (r & (2**53 - 1)) * 2**-53 < p  <=>  (r & (2**53 - 1)) < p * 2**53: scaling by a power of two is
+    # exact, and for an integer left side "< t" is "< ceil(t)". With r = hi << 32 | lo (the first word
+    # high), the low 53 bits are (hi & (2**21 - 1)) << 32 | lo, built in place in the draw's own buffer.
+    words = engine.raw_words(2 * n)
+    bits = words[0::2]
+    bits &= np.uint64(2**21 - 1)
+    bits <<= np.uint64(32)
+    bits |= words[1::2]
+    return bits < np.uint64(math.ceil(p * 2.0**53))
 
 
 def multinomial(

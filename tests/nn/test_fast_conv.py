@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as TF
 
+from jax_impl.backends import mkldnn
 from jax_impl.nn import _conv_direct as direct
 from jax_impl.nn import _conv_gemm as gemm
 from jax_impl.nn import _conv_grads as grads
@@ -34,6 +35,13 @@ from jax_impl.nn import _fast_conv as FC
 from jax_impl.nn import functional as F
 
 G = FC.ConvGeometry.of
+
+
+@pytest.fixture(autouse=True)
+def _xla_routes():
+    """XLA's routes, as where oneDNN is absent: tests/nn/test_conv_onednn.py checks oneDNN's route."""
+    with mkldnn.flags(enabled=False):
+        yield
 
 # (nd, N, C_in, C_out, spatial, kernel, stride, padding, dilation, groups, bias)
 _CASES = [
@@ -434,12 +442,17 @@ def test_routes():
 def test_route_table_order():
     """The table's first applicable row wins; traced-only rows are skipped eagerly."""
     names = [r.name for r in FC.ROUTES]
-    assert names[-1] == "xla" and len(set(names)) == len(names)
+    assert names[0] == "onednn" and names[-1] == "xla" and len(set(names)) == len(names)
     downsample = G((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))
-    assert FC.route_for(downsample).name == "pointwise"  # before the GEMM row, which also applies
     lenet1 = G((256, 3, 32, 32), (6, 3, 5, 5), (1, 1), ((0, 0), (0, 0)), (1, 1))
+    if mkldnn.is_available():
+        with mkldnn.flags(enabled=True):
+            assert FC.route_for(downsample).name == FC.route_for(lenet1, traced=False).name == "onednn"
+    assert FC.route_for(downsample).name == "pointwise"  # before the GEMM row, which also applies
     assert FC.route_for(lenet1).name == "direct"
     assert FC.route_for(lenet1, traced=False).name in ("xla", "ynn_free")
+    float64 = G((256, 3, 32, 32), (6, 3, 5, 5), (1, 1), ((0, 0), (0, 0)), (1, 1), "float64")
+    assert FC.route_for(float64).name == "direct"  # oneDNN's route is float32 only
 
 
 def test_forward_mode():

@@ -1,0 +1,376 @@
+"""oneDNN's 2-D convolution (the library behind ``torch.backends.mkldnn``) through its C API and ctypes.
+
+torch's CPU ``conv2d`` runs oneDNN (``aten/src/ATen/native/mkldnn/Conv.cpp``):
+the primitive is created with ``format_tag::any`` for its source, weights and
+destination, so oneDNN picks its blocked layouts (``nChw16c`` on AVX-512),
+and the NCHW tensors are reordered into them and the result back. This
+module does the same with oneDNN's C API (``dnnl.h``, ABI-stable across
+oneDNN 3.x) on raw pointers: forward (``forward_training``), backward data
+and backward weights, each a primitive cached per geometry with its
+reorders. On this path the sums are oneDNN's: a forward on the same
+oneDNN kernel gives torch's float32 result bit for bit.
+
+The library comes from the ``onednn-cpu-gomp`` wheel (``lib/libdnnl.so.3``
+under the environment's prefix); :func:`library` is ``None`` where it is
+absent, cannot be loaded, or ``JAX_IMPL_MKLDNN=0``. oneDNN's OpenMP runtime
+is the process's ``libgomp.so.1`` (torch's, when torch is loaded first).
+Each call runs one oneDNN thread per core on a chunk of the batch, and
+calls are serialised by a lock: XLA may run two custom calls at once on its
+two threads, and each call already uses every core.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import functools
+import glob
+import math
+import os
+import sys
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["Convolution", "available", "convolution", "library", "workers"]
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(_P)
+_DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
+
+# dnnl_types.h
+_CPU = 1
+_F32 = 3
+_FORMAT_ANY, _FORMAT_A, _FORMAT_ABCD = 1, 2, 5
+_FORWARD_TRAINING = 64
+_CONVOLUTION_DIRECT = 1
+_QUERY_SRC, _QUERY_DIFF_SRC, _QUERY_WEIGHTS, _QUERY_DIFF_WEIGHTS, _QUERY_DST, _QUERY_DIFF_DST = 129, 130, 131, 132, 133, 134
+_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 1, 17, 33, 129, 145, 161
+_ARG_FROM, _ARG_TO = 1, 17
+_STREAM_DEFAULT = 1
+_MEMORY_ALLOCATE = _P(ctypes.c_size_t(-1).value)  # DNNL_MEMORY_ALLOCATE
+_QUERY_IMPL_INFO_STR = 8
+_QUERY_SCRATCHPAD = 136
+_ARG_SCRATCHPAD = 80
+_SCRATCHPAD_USER = 1
+
+_SIGNATURES = {
+    "dnnl_engine_create": [_PP, ctypes.c_int, ctypes.c_size_t],
+    "dnnl_stream_create": [_PP, _P, ctypes.c_uint],
+    "dnnl_memory_desc_create_with_tag": [_PP, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int],
+    "dnnl_convolution_forward_primitive_desc_create": [_PP, _P, ctypes.c_int, ctypes.c_int] + [_P] * 9,
+    "dnnl_convolution_backward_data_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 9,
+    "dnnl_convolution_backward_weights_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 10,
+    "dnnl_reorder_primitive_desc_create": [_PP, _P, _P, _P, _P, _P],
+    "dnnl_primitive_desc_query_md": [_P, ctypes.c_int, ctypes.c_int],
+    "dnnl_primitive_desc_query": [_P, ctypes.c_int, ctypes.c_int, _P],
+    "dnnl_primitive_create": [_PP, _P],
+    "dnnl_primitive_execute": [_P, _P, ctypes.c_int, _P],
+    "dnnl_memory_create": [_PP, _P, _P, _P],
+    "dnnl_memory_set_data_handle": [_P, _P],
+    "dnnl_memory_desc_equal": [_P, _P],
+    "dnnl_stream_wait": [_P],
+    "dnnl_primitive_attr_create": [_PP],
+    "dnnl_primitive_attr_set_scratchpad_mode": [_P, ctypes.c_int],
+    "dnnl_memory_desc_get_size": [_P],
+}
+
+
+class _ExecArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", _P)]
+
+
+def _candidates() -> list[str]:
+    """Where pip puts the wheel's ``libdnnl.so.3``: ``<prefix>/lib``, and the wheel's own file list."""
+    paths = [os.path.join(sys.prefix, "lib", "libdnnl.so.3")]
+    try:
+        from importlib import metadata
+
+        for dist in ("onednn-cpu-gomp", "onednn-cpu-iomp", "onednn-cpu-tbb"):
+            try:
+                files = metadata.files(dist) or []
+            except metadata.PackageNotFoundError:
+                continue
+            paths += [str(f.locate()) for f in files if f.name == "libdnnl.so.3"]
+    except Exception:  # noqa: BLE001 - a broken distribution's metadata only hides the library
+        pass
+    return paths + glob.glob(os.path.join(sys.prefix, "lib*", "libdnnl.so.3"))
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """oneDNN's shared library, or ``None`` (not installed, not loadable, not Linux, or ``JAX_IMPL_MKLDNN=0``)."""
+    if os.environ.get("JAX_IMPL_MKLDNN", "1") == "0" or not sys.platform.startswith("linux"):
+        return None
+    for path in _candidates():
+        if not os.path.exists(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name, argtypes in _SIGNATURES.items():
+            getattr(lib, name).argtypes = argtypes
+        lib.dnnl_primitive_desc_query_md.restype = _P
+        lib.dnnl_memory_desc_equal.restype = ctypes.c_int
+        lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+        lib.omp_set_num_threads.argtypes = [ctypes.c_int]  # found through libdnnl's own libgomp
+        lib.omp_get_max_threads.restype = ctypes.c_int
+        return lib
+    return None
+
+
+def available() -> bool:
+    """Whether oneDNN can run here."""
+    return library() is not None and _engine() is not None
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"oneDNN {what} failed (dnnl_status_t {status})")
+
+
+def _dims(values: Sequence[int]) -> _DIMS:
+    out = _DIMS()
+    for i, v in enumerate(values):
+        out[i] = int(v)
+    return out
+
+
+@functools.cache
+def _engine() -> tuple[_P, _P] | None:
+    lib = library()
+    if lib is None:
+        return None
+    engine, stream = _P(), _P()
+    if lib.dnnl_engine_create(ctypes.byref(engine), _CPU, 0) != 0:
+        return None
+    _check(lib.dnnl_stream_create(ctypes.byref(stream), engine, _STREAM_DEFAULT), "stream creation")
+    return engine, stream
+
+
+def _desc(shape: Sequence[int], tag: int) -> _P:
+    md = _P()
+    _check(library().dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(shape), _dims(shape), _F32, tag),
+           "memory descriptor")
+    return md
+
+
+def _memory(desc, handle=_MEMORY_ALLOCATE) -> _P:
+    mem = _P()
+    _check(library().dnnl_memory_create(ctypes.byref(mem), desc, _engine()[0], handle), "memory creation")
+    return mem
+
+
+@functools.cache
+def _user_scratchpad() -> _P:
+    """Primitive attributes with a scratchpad the caller provides.
+
+    oneDNN's default scratchpad is one global buffer shared by every
+    primitive, which two primitives running at once on two threads would
+    both write: each primitive here gets its own (:class:`_Primitive`).
+    """
+    attr = _P()
+    _check(library().dnnl_primitive_attr_create(ctypes.byref(attr)), "attribute creation")
+    _check(library().dnnl_primitive_attr_set_scratchpad_mode(attr, _SCRATCHPAD_USER), "scratchpad mode")
+    return attr
+
+
+class _Primitive:
+    """A primitive and its own scratchpad memory (none if it needs none)."""
+
+    def __init__(self, pd) -> None:
+        lib = library()
+        self.handle = _P()
+        _check(lib.dnnl_primitive_create(ctypes.byref(self.handle), pd), "primitive creation")
+        md = lib.dnnl_primitive_desc_query_md(pd, _QUERY_SCRATCHPAD, 0)
+        self.scratchpad = _memory(md) if md and lib.dnnl_memory_desc_get_size(md) > 0 else None
+
+    def execute(self, args: Sequence[tuple[int, _P]]) -> None:
+        if self.scratchpad is not None:
+            args = [*args, (_ARG_SCRATCHPAD, self.scratchpad)]
+        packed = (_ExecArg * len(args))(*[_ExecArg(k, v) for k, v in args])
+        _check(library().dnnl_primitive_execute(self.handle, _engine()[1], len(args), ctypes.cast(packed, _P)),
+               "execution")
+
+
+class _Operand:
+    """A plain (C-order) array at a caller's pointer, seen by a primitive in the layout it chose.
+
+    If the primitive's layout is not the plain one, a buffer of that layout
+    and the reorder between them are made once; ``to_primitive`` says which
+    way the data goes (an input is reordered in, a result out).
+    """
+
+    def __init__(self, shape: Sequence[int], chosen, to_primitive: bool) -> None:
+        lib = library()
+        plain = _desc(shape, _FORMAT_ABCD if len(shape) == 4 else _FORMAT_A)
+        self.user = _memory(plain, _P(0))
+        self.reorder = None
+        self.inner = self.user
+        if not lib.dnnl_memory_desc_equal(plain, chosen):
+            self.inner = _memory(chosen)
+            src, dst = (plain, chosen) if to_primitive else (chosen, plain)
+            pd = _P()
+            engine = _engine()[0]
+            _check(lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src, engine, dst, engine,
+                                                          _user_scratchpad()), "reorder")
+            self.reorder = _Primitive(pd)
+        self.to_primitive = to_primitive
+
+    def bind(self, address: int) -> None:
+        library().dnnl_memory_set_data_handle(self.user, _P(address))
+        if self.reorder is not None and self.to_primitive:
+            self.reorder.execute([(_ARG_FROM, self.user), (_ARG_TO, self.inner)])
+
+    def finish(self) -> None:
+        if self.reorder is not None and not self.to_primitive:
+            self.reorder.execute([(_ARG_FROM, self.inner), (_ARG_TO, self.user)])
+
+
+class _Kernels:
+    """The three primitives of one geometry (and their reorders), for one worker: not thread-safe."""
+
+    def __init__(self, x_shape, w_shape, stride, pads, dilation) -> None:
+        lib, (engine, _) = library(), _engine()
+        self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
+        out = [(x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
+               for a in range(2)]
+        self.y_shape = (x_shape[0], w_shape[0], *out)
+        x_any, w_any, y_any = (_desc(s, _FORMAT_ANY) for s in (self.x_shape, self.w_shape, self.y_shape))
+        # oneDNN's dilation counts the gaps (torch's dilation - 1).
+        geometry = [_dims(stride), _dims([d - 1 for d in dilation]), _dims([p[0] for p in pads]),
+                    _dims([p[1] for p in pads])]
+        fwd, bwd_data, bwd_weights = _P(), _P(), _P()
+        _check(lib.dnnl_convolution_forward_primitive_desc_create(
+            ctypes.byref(fwd), engine, _FORWARD_TRAINING, _CONVOLUTION_DIRECT, x_any, w_any, None, y_any, *geometry,
+            _user_scratchpad()), "convolution forward")
+        _check(lib.dnnl_convolution_backward_data_primitive_desc_create(
+            ctypes.byref(bwd_data), engine, _CONVOLUTION_DIRECT, x_any, w_any, y_any, *geometry, fwd,
+            _user_scratchpad()), "convolution backward data")
+        _check(lib.dnnl_convolution_backward_weights_primitive_desc_create(
+            ctypes.byref(bwd_weights), engine, _CONVOLUTION_DIRECT, x_any, w_any, None, y_any, *geometry, fwd,
+            _user_scratchpad()), "convolution backward weights")
+        self.pds = (fwd, bwd_data, bwd_weights)
+        md = lambda pd, what: lib.dnnl_primitive_desc_query_md(pd, what, 0)  # noqa: E731
+        self.steps = {
+            "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
+                        (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True),
+                         _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True),
+                         _Operand(self.y_shape, md(fwd, _QUERY_DST), False))),
+            "input_grad": (_Primitive(bwd_data), (_ARG_DIFF_DST, _ARG_WEIGHTS, _ARG_DIFF_SRC),
+                           (_Operand(self.y_shape, md(bwd_data, _QUERY_DIFF_DST), True),
+                            _Operand(self.w_shape, md(bwd_data, _QUERY_WEIGHTS), True),
+                            _Operand(self.x_shape, md(bwd_data, _QUERY_DIFF_SRC), False))),
+            "weight_grad": (_Primitive(bwd_weights), (_ARG_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS),
+                            (_Operand(self.x_shape, md(bwd_weights, _QUERY_SRC), True),
+                             _Operand(self.y_shape, md(bwd_weights, _QUERY_DIFF_DST), True),
+                             _Operand(self.w_shape, md(bwd_weights, _QUERY_DIFF_WEIGHTS), False))),
+        }
+
+    def run(self, step: str, a: int, b: int, out: int) -> None:
+        prim, (a_arg, b_arg, out_arg), (op_a, op_b, op_out) = self.steps[step]
+        op_a.bind(a)
+        op_b.bind(b)
+        op_out.bind(out)
+        prim.execute([(a_arg, op_a.inner), (b_arg, op_b.inner), (out_arg, op_out.inner)])
+        op_out.finish()
+        library().dnnl_stream_wait(_engine()[1])
+
+
+def workers() -> int:
+    """Threads a oneDNN call runs on: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _single_threaded() -> None:
+    # Each worker runs oneDNN on one thread: no OpenMP team is ever started, so the process's libgomp
+    # (torch's, when torch is loaded) keeps only its own threads. More OpenMP threads than cores make
+    # libgomp throttle every team's spin-wait, which slows torch's own parallel regions by a fifth.
+    library().omp_set_num_threads(1)
+
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(workers(), thread_name_prefix="jax_impl-onednn",
+                                                 initializer=_single_threaded)
+
+
+class Convolution:
+    """One float32 2-D convolution geometry: NCHW input ``x_shape``, OIHW weight ``w_shape``, no bias.
+
+    :meth:`forward`, :meth:`input_grad` and :meth:`weight_grad` read and
+    write C-order float32 arrays at the given addresses, as torch's
+    ``mkldnn_convolution``, ``mkldnn_convolution_backward_input`` and
+    ``..._backward_weights`` compute them. The batch is cut into one
+    contiguous chunk per core, each run by oneDNN on one thread of a small
+    pool (per sample, the forward and the input gradient are the same sums
+    as one call over the batch); the weight gradient adds the chunks'
+    partial sums in chunk order.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, x_shape, w_shape, stride, pads, dilation) -> None:
+        self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
+        n = x_shape[0]
+        parts = min(workers(), n)
+        bounds = [n * i // parts for i in range(parts + 1)]
+        self._chunks = [(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        # Made on a worker too: creating a primitive may run an OpenMP region on the creating thread.
+        self._kernels = [_pool().submit(_Kernels, (size, *x_shape[1:]), w_shape, stride, pads, dilation).result()
+                         for _, size in self._chunks]
+        self.y_shape = (n, *self._kernels[0].y_shape[1:])
+        self._x_sample = 4 * math.prod(self.x_shape[1:])  # bytes per sample
+        self._y_sample = 4 * math.prod(self.y_shape[1:])
+        self._partials = [np.empty(self.w_shape, np.float32) for _ in self._chunks]
+
+    def implementations(self) -> tuple[str, str, str]:
+        """oneDNN's names of the kernels it chose (``jit:avx512_core``, ``gemm:jit``, ...)."""
+        names = []
+        for pd in self._kernels[0].pds:
+            s = ctypes.c_char_p()
+            library().dnnl_primitive_desc_query(pd, _QUERY_IMPL_INFO_STR, 0, ctypes.byref(s))
+            names.append(s.value.decode())
+        return tuple(names)
+
+    def _parallel(self, calls) -> None:
+        # Every chunk on a pool thread, the calling XLA thread asleep meanwhile: measured faster than the
+        # caller running a chunk itself (LeNet and MNIST-example steps by ~10%), whose core XLA's idle
+        # workers then compete for.
+        with self._lock:
+            for future in [_pool().submit(*call) for call in calls]:
+                future.result()
+
+    def forward(self, x: int, w: int, y: int) -> None:
+        """``y = conv(x, w)``."""
+        self._parallel([(k.run, "forward", x + lo * self._x_sample, w, y + lo * self._y_sample)
+                        for k, (lo, _) in zip(self._kernels, self._chunks)])
+
+    def input_grad(self, g: int, w: int, dx: int) -> None:
+        """``dx``: the transposed convolution of the output gradient ``g`` with ``w``."""
+        self._parallel([(k.run, "input_grad", g + lo * self._y_sample, w, dx + lo * self._x_sample)
+                        for k, (lo, _) in zip(self._kernels, self._chunks)])
+
+    def weight_grad(self, x: int, g: int, dw: int) -> None:
+        """``dw``: the correlation of the input ``x`` with the output gradient ``g``, summed over the batch."""
+        if len(self._chunks) == 1:
+            self._parallel([(self._kernels[0].run, "weight_grad", x, g, dw)])
+            return
+        self._parallel([(k.run, "weight_grad", x + lo * self._x_sample, g + lo * self._y_sample, p.ctypes.data)
+                        for k, (lo, _), p in zip(self._kernels, self._chunks, self._partials)])
+        out = np.ctypeslib.as_array((ctypes.c_float * math.prod(self.w_shape)).from_address(dw))
+        np.copyto(out, self._partials[0].reshape(-1))
+        for partial in self._partials[1:]:
+            out += partial.reshape(-1)
+
+
+@functools.lru_cache(maxsize=256)
+def convolution(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tuple[int, int],
+                pads: tuple[tuple[int, int], tuple[int, int]], dilation: tuple[int, int]) -> Convolution:
+    """The cached :class:`Convolution` of a geometry (its primitives are created once)."""
+    return Convolution(x_shape, w_shape, stride, pads, dilation)

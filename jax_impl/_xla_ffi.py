@@ -1,0 +1,188 @@
+"""XLA FFI handlers written in Python: a ctypes mirror of XLA's FFI call frame.
+
+``jax.ffi`` registers a C function ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)``
+as a custom-call target; the compiled computation then calls it with its
+operands' and results' buffers in place (``xla/ffi/api/c_api.h``). A ctypes
+``CFUNCTYPE`` is such a function, so a Python function can read the
+operands and write the results directly in XLA's buffers: no host
+callback, no copy of the arguments or the result (``jax.pure_callback``
+copies its result into a new device buffer and forces the step through
+the host-callback machinery, which also keeps it out of JAX's persistent
+compilation cache). The handler runs on the XLA thread that executes the
+custom call, taking the GIL for its Python parts.
+
+Only what a CPU kernel needs is read: array operands and results (data
+pointer, dtype, dims) and array or scalar attributes. The metadata query
+XLA sends at registration is answered with the FFI API version this mirror
+follows; the instantiate/prepare/initialize stages are no-ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import traceback
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Buffer", "register_cpu_handler"]
+
+_P = ctypes.c_void_p
+
+# The FFI API version whose structs this file mirrors (XLA_FFI_API_MAJOR/MINOR of the headers it
+# was written against); XLA accepts a handler of an older minor version.
+_API_MAJOR, _API_MINOR = 0, 1
+_EXTENSION_METADATA = 1
+_STAGE_EXECUTE = 3
+_ATTR_ARRAY, _ATTR_SCALAR = 1, 3
+_ERROR_INTERNAL = 13
+
+# XLA_FFI_DataType -> numpy dtype (the types a CPU kernel here handles).
+_DTYPES = {1: np.bool_, 4: np.int32, 5: np.int64, 10: np.float16, 11: np.float32, 12: np.float64, 16: "bfloat16"}
+
+
+class _ExtensionBase(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("type", ctypes.c_int), ("next", _P)]
+
+
+class _ApiVersion(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("major", ctypes.c_int),
+                ("minor", ctypes.c_int)]
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32),
+                ("state_type_id", ctypes.c_int64)]
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = [("base", _ExtensionBase), ("metadata", ctypes.POINTER(_Metadata))]
+
+
+class _Operands(ctypes.Structure):  # XLA_FFI_Args and XLA_FFI_Rets share this layout
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("size", ctypes.c_int64),
+                ("types", ctypes.POINTER(ctypes.c_int)), ("values", ctypes.POINTER(_P))]
+
+
+class _ByteSpan(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+
+
+class _Attrs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("size", ctypes.c_int64),
+                ("types", ctypes.POINTER(ctypes.c_int)), ("names", ctypes.POINTER(ctypes.POINTER(_ByteSpan))),
+                ("values", ctypes.POINTER(_P))]
+
+
+class _CallFrame(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("api", _P), ("ctx", _P),
+                ("stage", ctypes.c_int), ("args", _Operands), ("rets", _Operands), ("attrs", _Attrs),
+                ("future", _P)]
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("dtype", ctypes.c_int),
+                ("data", _P), ("rank", ctypes.c_int64), ("dims", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _Array(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("size", ctypes.c_size_t), ("data", _P)]
+
+
+class _Scalar(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("value", _P)]
+
+
+class _ErrorCreateArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("message", ctypes.c_char_p),
+                ("errc", ctypes.c_int)]
+
+
+_ERROR_CREATE = ctypes.CFUNCTYPE(_P, ctypes.POINTER(_ErrorCreateArgs))
+
+
+class _Api(ctypes.Structure):  # XLA_FFI_Api up to its first function pointer
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("api_version", _ApiVersion),
+                ("internal_api", _P), ("error_create", _ERROR_CREATE)]
+
+
+class Buffer(NamedTuple):
+    """An operand or result of the custom call: its data pointer in XLA's memory, dims and dtype."""
+
+    data: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _buffers(operands: _Operands) -> list[Buffer]:
+    out = []
+    for i in range(operands.size):
+        b = _Buffer.from_address(operands.values[i])
+        out.append(Buffer(b.data or 0, tuple(b.dims[d] for d in range(b.rank)), np.dtype(_DTYPES.get(b.dtype, "V"))))
+    return out
+
+
+def _attributes(attrs: _Attrs) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for i in range(attrs.size):
+        span = attrs.names[i].contents
+        name = ctypes.string_at(span.ptr, span.len).decode()
+        kind = attrs.types[i]
+        if kind == _ATTR_ARRAY:
+            a = _Array.from_address(attrs.values[i])
+            dtype = np.dtype(_DTYPES[a.dtype])
+            out[name] = np.frombuffer(ctypes.string_at(a.data, a.size * dtype.itemsize), dtype).copy()
+        elif kind == _ATTR_SCALAR:
+            s = _Scalar.from_address(attrs.values[i])
+            dtype = np.dtype(_DTYPES[s.dtype])
+            out[name] = np.frombuffer(ctypes.string_at(s.value, dtype.itemsize), dtype)[0].item()
+    return out
+
+
+def _error(api_address: int, message: str) -> int | None:
+    """An ``XLA_FFI_Error*`` carrying ``message`` (XLA raises it in the caller as an XlaRuntimeError)."""
+    if not api_address:
+        return None
+    api = _Api.from_address(api_address)
+    args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), None, message.encode(), _ERROR_INTERNAL)
+    return api.error_create(ctypes.byref(args))
+
+
+_HANDLER = ctypes.CFUNCTYPE(_P, _P)
+_KEEP_ALIVE: dict[str, object] = {}  # the ctypes function pointers XLA holds
+
+
+def register_cpu_handler(name: str, kernel: Callable[[list[Buffer], list[Buffer], dict[str, object]], None]) -> None:
+    """Register ``kernel(operands, results, attributes)`` as the CPU custom-call target ``name``.
+
+    ``jax.ffi.ffi_call(name, ...)`` then calls it from a compiled
+    computation; ``kernel`` writes each result through its ``data`` pointer.
+    An exception inside ``kernel`` fails the computation with its message.
+    Registering a name twice keeps the first handler.
+    """
+    if name in _KEEP_ALIVE:
+        return
+    import jax
+
+    def handle(frame_address: int) -> int | None:
+        frame = _CallFrame.from_address(frame_address)
+        try:
+            if frame.extension_start:
+                extension = _ExtensionBase.from_address(frame.extension_start)
+                if extension.type == _EXTENSION_METADATA:
+                    metadata = _MetadataExtension.from_address(frame.extension_start).metadata.contents
+                    metadata.api_version.struct_size = ctypes.sizeof(_ApiVersion)
+                    metadata.api_version.major, metadata.api_version.minor = _API_MAJOR, _API_MINOR
+                    metadata.traits = 0
+                    return None
+            if frame.stage != _STAGE_EXECUTE:
+                return None
+            kernel(_buffers(frame.args), _buffers(frame.rets), _attributes(frame.attrs))
+            return None
+        except Exception as exc:  # noqa: BLE001 - every error goes back to XLA, which raises it in the caller
+            return _error(frame.api, f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+    handler = _HANDLER(handle)
+    _KEEP_ALIVE[name] = handler
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")

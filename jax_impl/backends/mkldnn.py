@@ -1,0 +1,55 @@
+"""``torch.backends.mkldnn``: whether float32 2-D convolutions on the CPU run oneDNN, as torch's do.
+
+torch's CPU ``conv2d`` runs oneDNN (formerly MKL-DNN) unless
+``torch.backends.mkldnn.enabled`` is ``False``. jax_impl's convolutions do
+the same when the ``onednn-cpu-gomp`` wheel is installed (a dependency on
+Linux x86-64): the forward and both gradients become XLA custom calls into
+oneDNN's kernels (``jax_impl/nn/_conv_onednn.py``), for the convs large
+enough to pay for a call (``jax_impl.nn._fast_conv.takes_onednn``). Off, or
+where oneDNN is absent, XLA's own convolution runs. The choice is read when
+a function is traced, so a jitted function keeps the one it was traced with.
+
+``JAX_IMPL_MKLDNN=0`` in the environment turns it off for the process.
+
+Example::
+
+    from jax_impl.backends import mkldnn
+
+    mkldnn.is_available()          # oneDNN found and loadable
+    with mkldnn.flags(enabled=False):
+        ...                        # traced here: XLA's convolutions
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = ["enabled", "flags", "is_available", "is_enabled"]
+
+enabled: bool = True
+"""Whether convolutions may run oneDNN (``torch.backends.mkldnn.enabled``)."""
+
+
+def is_available() -> bool:
+    """Whether oneDNN is installed, loads, and its custom calls are registered with XLA (imports jax)."""
+    from jax_impl.nn import _conv_onednn
+
+    return _conv_onednn.registered()
+
+
+def is_enabled() -> bool:
+    """:data:`enabled` and :func:`is_available`."""
+    return enabled and is_available()
+
+
+@contextlib.contextmanager
+def flags(enabled: bool = False) -> Iterator[None]:
+    """Set :data:`enabled` inside a ``with`` block (``torch.backends.mkldnn.flags``)."""
+    module = globals()  # the parameter has torch's name, so the module attribute is reached through globals()
+    previous = module["enabled"]
+    module["enabled"] = bool(enabled)
+    try:
+        yield
+    finally:
+        module["enabled"] = previous

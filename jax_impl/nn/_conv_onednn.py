@@ -1,0 +1,155 @@
+"""A 2-D convolution route through oneDNN, as torch's CPU ``conv2d`` computes it.
+
+Three JAX primitives, each an XLA FFI custom call into
+:class:`jax_impl._onednn.Convolution` that reads its operands and writes its
+result in XLA's buffers (:mod:`jax_impl._xla_ffi`):
+
+- ``onednn_conv2d(x, w)``: the forward ``y = conv(x, w)``;
+- ``onednn_conv2d_input_grad(g, w)``: ``dx``, the transpose in ``x``;
+- ``onednn_conv2d_weight_grad(x, g)``: ``dw``, the transpose in ``w``.
+
+Each is bilinear, so each has the bilinear JVP and transposes into the
+other two (``<conv(x, w), g> = <x, input_grad(g, w)> = <w, weight_grad(x, g)>``):
+``jax.grad`` runs oneDNN's backward-data and backward-weights kernels, as
+torch's autograd does, and forward mode, higher derivatives and ``vmap``
+work too (``vmap`` folds a batched input into the conv's batch when the
+other operand is shared, else maps over the batch).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from jax_impl import _onednn, _xla_ffi
+
+__all__ = ["conv2d", "registered"]
+
+_TARGETS = {"forward": "jax_impl_onednn_conv2d", "input_grad": "jax_impl_onednn_conv2d_input_grad",
+            "weight_grad": "jax_impl_onednn_conv2d_weight_grad"}
+
+
+def _geometry_array(geometry) -> np.ndarray:
+    stride, pads, dilation = geometry
+    return np.array([*stride, pads[0][0], pads[0][1], pads[1][0], pads[1][1], *dilation], np.int64)
+
+
+def _geometry_of(values) -> tuple:
+    v = [int(a) for a in values]
+    return (v[0], v[1]), ((v[2], v[3]), (v[4], v[5])), (v[6], v[7])
+
+
+def _kernel(kind: str):
+    def run(operands, results, attributes) -> None:
+        (a, b), (out,) = operands, results
+        stride, pads, dilation = _geometry_of(attributes["geometry"])
+        if kind == "forward":
+            conv = _onednn.convolution(a.shape, b.shape, stride, pads, dilation)
+            conv.forward(a.data, b.data, out.data)
+        elif kind == "input_grad":
+            conv = _onednn.convolution(out.shape, b.shape, stride, pads, dilation)
+            conv.input_grad(a.data, b.data, out.data)
+        else:
+            conv = _onednn.convolution(a.shape, out.shape, stride, pads, dilation)
+            conv.weight_grad(a.data, b.data, out.data)
+    return run
+
+
+@functools.cache
+def registered() -> bool:
+    """Whether the oneDNN custom calls are registered with XLA (oneDNN is available)."""
+    if not _onednn.available():
+        return False
+    for kind, target in _TARGETS.items():
+        _xla_ffi.register_cpu_handler(target, _kernel(kind))
+    return True
+
+
+def _primitive(kind: str) -> Primitive:
+    prim = Primitive(_TARGETS[kind].removeprefix("jax_impl_"))
+
+    def abstract(a, b, *, geometry, out_shape):
+        return jax.core.ShapedArray(out_shape, a.dtype)
+
+    def lowering(ctx, a, b, *, geometry, out_shape):
+        return jax.ffi.ffi_lowering(_TARGETS[kind])(ctx, a, b, geometry=_geometry_array(geometry))
+
+    prim.def_abstract_eval(abstract)
+    prim.def_impl(lambda a, b, **params: _jitted(kind, **params)(a, b))
+    mlir.register_lowering(prim, lowering, platform="cpu")
+    return prim
+
+
+@functools.lru_cache(maxsize=256)
+def _jitted(kind: str, *, geometry, out_shape):
+    # Outside a trace (jax.grad without jit) each bind runs as its own small compiled call.
+    return jax.jit(lambda a, b: _PRIMITIVES[kind].bind(a, b, geometry=geometry, out_shape=out_shape))
+
+
+_PRIMITIVES = {kind: _primitive(kind) for kind in _TARGETS}
+_forward, _input_grad, _weight_grad = (_PRIMITIVES[k] for k in ("forward", "input_grad", "weight_grad"))
+
+
+def _bind(prim: Primitive, a, b, geometry, out_shape):
+    return prim.bind(a, b, geometry=geometry, out_shape=tuple(out_shape))
+
+
+# Transposes: <conv(x, w), g> = <x, input_grad(g, w)> = <w, weight_grad(x, g)>.
+ad.defbilinear(
+    _forward,
+    lambda ct, x, w, *, geometry, out_shape: _bind(_input_grad, ct, w, geometry, x.aval.shape),
+    lambda ct, x, w, *, geometry, out_shape: _bind(_weight_grad, x, ct, geometry, w.aval.shape),
+)
+ad.defbilinear(  # input_grad(g, w) = dx
+    _input_grad,
+    lambda ct, g, w, *, geometry, out_shape: _bind(_forward, ct, w, geometry, g.aval.shape),
+    lambda ct, g, w, *, geometry, out_shape: _bind(_weight_grad, ct, g, geometry, w.aval.shape),
+)
+ad.defbilinear(  # weight_grad(x, g) = dw
+    _weight_grad,
+    lambda ct, x, g, *, geometry, out_shape: _bind(_input_grad, g, ct, geometry, x.aval.shape),
+    lambda ct, x, g, *, geometry, out_shape: _bind(_forward, x, ct, geometry, g.aval.shape),
+)
+
+
+def _batch_rule(prim: Primitive, foldable: tuple[bool, bool]):
+    """vmap: a batched operand whose partner is shared folds into the conv's batch (the input of the
+    forward, the output gradient of the input gradient); anything else maps over the vmapped axis."""
+
+    def rule(args, dims, *, geometry, out_shape):
+        a, b = args
+        da, db = dims
+        for i, (arr, d, other_d) in enumerate(((a, da, db), (b, db, da))):
+            if foldable[i] and d is not None and other_d is None:
+                arr = jax.numpy.moveaxis(arr, d, 0)
+                n, rest = arr.shape[0], arr.shape[1:]
+                folded = arr.reshape((n * rest[0], *rest[1:]))
+                pair = (folded, b) if i == 0 else (a, folded)
+                out = _bind(prim, *pair, geometry, (n * out_shape[0], *out_shape[1:]))
+                return out.reshape((n, *out_shape)), 0
+        size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+        stacked = [jax.numpy.broadcast_to(x, (size, *x.shape)) if d is None
+                   else jax.numpy.moveaxis(x, d, 0) for x, d in zip(args, dims)]
+        return jax.lax.map(lambda ab: _bind(prim, *ab, geometry, out_shape), tuple(stacked)), 0
+
+    return rule
+
+
+batching.primitive_batchers[_forward] = _batch_rule(_forward, (True, False))
+batching.primitive_batchers[_input_grad] = _batch_rule(_input_grad, (True, False))
+batching.primitive_batchers[_weight_grad] = _batch_rule(_weight_grad, (False, False))
+
+
+def conv2d(x, w, stride, pads, dilation):
+    """``conv(x, w)`` (NCHW float32 ``x``, OIHW ``w``, no bias) by oneDNN, forward and derivatives.
+
+    Needs :func:`registered` to be true (oneDNN present) and the CPU backend.
+    """
+    geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
+    out = [(x.shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w.shape[2 + a] - 1) - 1) // stride[a] + 1
+           for a in range(2)]
+    return _bind(_forward, x, w, geometry, (x.shape[0], w.shape[0], *out))

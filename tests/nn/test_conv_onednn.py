@@ -1,0 +1,184 @@
+"""jax_impl's oneDNN convolution route (jax_impl/nn/_conv_onednn.py) against torch's CPU conv2d.
+
+torch's float32 CPU ``conv2d`` runs oneDNN too (a newer release than the
+``onednn-cpu-gomp`` wheel's), so on a seeded grid of shapes, strides,
+paddings and dilations most results are bit for bit torch's: measured, the
+forward on 19 of the 20 cases, the input gradient on 18, the weight
+gradient (summed over the batch in one chunk per core here, by one OpenMP
+team in torch) on 9. The rest differ where the two releases pick other
+kernels: at most 1.4e-7 (forward), 4.4e-7 (input gradient) and 1.2e-6
+(weight gradient) of the largest magnitude, so the bound is 1e-5 (~8x);
+the hand-picked shapes of the MNIST example, LeNet and a ResNet stem are
+compared exactly (forward and input gradient).
+
+Derivatives beyond reverse mode (``jax.jvp``, second order, ``vmap``) are
+compared with XLA's convolution, as jax_impl's other routes are.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from jax import lax
+
+from jax_impl.backends import mkldnn
+from jax_impl.nn import _fast_conv as FC
+from jax_impl.nn import functional as F
+
+pytestmark = pytest.mark.skipif(not mkldnn.is_available(), reason="oneDNN (onednn-cpu-gomp) is not installed")
+
+
+def _onednn():
+    from jax_impl.nn import _conv_onednn
+
+    return _conv_onednn
+
+
+def _cases(count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        kh, kw = (int(k) for k in rng.integers(1, 6, 2))
+        sh, sw = (int(s) for s in rng.integers(1, 4, 2))
+        dh, dw = (int(d) for d in rng.integers(1, 3, 2))
+        pads = tuple((int(a), int(a)) for a in rng.integers(0, 3, 2))  # torch pads symmetrically
+        h = int(rng.integers(dh * (kh - 1) + 1, 20))
+        w = int(rng.integers(dw * (kw - 1) + 1, 20))
+        out.append((int(rng.integers(1, 9)), int(rng.integers(1, 20)), int(rng.integers(1, 33)), (h, w), (kh, kw),
+                    (sh, sw), pads, (dh, dw)))
+    return out
+
+
+# (N, C_in, C_out, (H, W), (kH, kW), stride, ((top, bottom), (left, right)), dilation)
+_SHAPES = [
+    (64, 32, 64, (26, 26), (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1)),  # the MNIST example's conv2
+    (64, 1, 32, (28, 28), (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1)),   # ... and conv1 (one input channel)
+    (16, 3, 6, (32, 32), (5, 5), (1, 1), ((0, 0), (0, 0)), (1, 1)),    # LeNet
+    (4, 3, 16, (40, 40), (7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1)),    # a ResNet stem
+    (3, 8, 8, (9, 9), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),       # batch not a multiple of the cores
+    (1, 4, 5, (10, 9), (3, 2), (2, 1), ((1, 1), (0, 0)), (1, 2)),       # one sample: one chunk
+    *_cases(14, 0),
+]
+
+
+# The shapes where torch's oneDNN (a newer release) picks the same kernels: forward and input gradient
+# bit for bit.
+_EXACT = _SHAPES[:4]
+
+
+def _torch(x, w, stride, pads, dilation):
+    return TF.conv2d(x, w, stride=stride, padding=(pads[0][0], pads[1][0]), dilation=dilation)
+
+
+@pytest.mark.parametrize("case", _SHAPES, ids=[f"case{i}" for i in range(len(_SHAPES))])
+def test_matches_torch_forward_and_gradients(case):
+    n, c_in, c_out, size, kernel, stride, pads, dilation = case
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    x = rng.standard_normal((n, c_in, *size), dtype=np.float32)
+    w = rng.standard_normal((c_out, c_in, *kernel), dtype=np.float32)
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    ty = _torch(tx, tw, stride, pads, dilation)
+    g = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
+    ty.backward(torch.from_numpy(g))
+
+    conv = _onednn().conv2d
+    y, vjp = jax.vjp(lambda a, b: conv(a, b, stride, pads, dilation), jnp.asarray(x), jnp.asarray(w))
+    dx, dw = jax.jit(vjp)(jnp.asarray(g))
+    ours, refs = (y, dx, dw), (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())
+    if case in _EXACT:
+        for a, b in zip(ours[:2], refs[:2]):
+            np.testing.assert_array_equal(np.asarray(a), b)
+    for a, b in zip(ours, refs):
+        assert np.abs(np.asarray(a) - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-30)
+
+
+def test_asymmetric_padding_matches_torch_on_the_padded_input():
+    """'same' padding with an even kernel pads one side more; torch convolves a zero-padded copy
+    (another oneDNN geometry, so other sums): measured 4e-7 relative, bound 1e-5."""
+    stride, pads, dilation = (2, 1), ((1, 2), (0, 1)), (1, 2)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 4, 12, 11), dtype=np.float32)
+    w = rng.standard_normal((6, 4, 3, 2), dtype=np.float32)
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    ty = TF.conv2d(TF.pad(tx, (0, 1, 1, 2)), tw, stride=stride, dilation=dilation)
+    g = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
+    ty.backward(torch.from_numpy(g))
+    y, vjp = jax.vjp(lambda a, b: _onednn().conv2d(a, b, stride, pads, dilation), jnp.asarray(x), jnp.asarray(w))
+    for ours, ref in zip((y, *vjp(jnp.asarray(g))), (ty.detach(), tx.grad, tw.grad)):
+        ref = ref.numpy()
+        assert np.abs(np.asarray(ours) - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_functional_conv2d_takes_the_route():
+    """``jax_impl.nn.functional.conv2d`` (bias, 'same' padding) runs oneDNN for a large float32 conv and
+    equals torch's ``F.conv2d`` exactly; float64 and ``mkldnn.flags(enabled=False)`` keep XLA's conv."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 16, 24, 24), dtype=np.float32)
+    w = rng.standard_normal((32, 16, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(32, dtype=np.float32)
+    geometry = FC.ConvGeometry.of(x.shape, w.shape, (1, 1), ((1, 1), (1, 1)), (1, 1))
+    assert FC.route_for(geometry).name == "onednn"
+    fn = jax.jit(lambda a, k, c: F.conv2d(a, k, c, padding="same"))
+    assert "jax_impl_onednn_conv2d" in fn.lower(x, w, b).as_text()
+    expected = TF.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding="same").numpy()
+    np.testing.assert_array_equal(np.asarray(fn(x, w, b)), expected)
+    with mkldnn.flags(enabled=False):
+        assert "onednn" not in jax.jit(lambda a, k: F.conv2d(a, k)).lower(x, w).as_text()
+    assert FC.route_for(geometry._replace(dtype="float64")).name != "onednn"
+
+
+def _xla_conv(stride, pads, dilation):
+    return lambda a, b: lax.conv_general_dilated(a, b, stride, pads, rhs_dilation=dilation,
+                                                 dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                                 precision=lax.Precision.HIGHEST)
+
+
+def test_forward_mode_second_order_and_vmap_match_xla():
+    """jvp, a gradient of a gradient and vmap (shared and batched weights) through the three primitives.
+
+    Against XLA's conv: the forward and jvp are oneDNN's sums vs Eigen's (measured 5e-7 relative), the
+    second-order and batched-weight gradients chain several convs (measured 2e-6).
+    """
+    stride, pads, dilation = (2, 1), ((1, 2), (0, 1)), (1, 2)
+    conv = lambda a, b: _onednn().conv2d(a, b, stride, pads, dilation)  # noqa: E731
+    ref = _xla_conv(stride, pads, dilation)
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((4, 3, 11, 9), dtype=np.float32))
+    w = jnp.asarray(rng.standard_normal((5, 3, 3, 2), dtype=np.float32))
+    tx, tw = (jnp.asarray(rng.standard_normal(a.shape, dtype=np.float32)) for a in (x, w))
+
+    def close(a, b, tol):
+        a, b = np.asarray(a), np.asarray(b)
+        assert np.abs(a - b).max() <= tol * np.abs(b).max(), np.abs(a - b).max() / np.abs(b).max()
+
+    close(jax.jvp(conv, (x, w), (tx, tw))[1], jax.jvp(ref, (x, w), (tx, tw))[1], 1e-5)
+
+    def second(f):
+        return jax.grad(lambda k: jnp.sum(jax.grad(lambda a: jnp.sum(f(a, k) ** 2))(x) ** 2))(w)
+
+    close(second(conv), second(ref), 1e-5)
+    xs = jnp.asarray(rng.standard_normal((3, *x.shape), dtype=np.float32))
+    ws = jnp.asarray(rng.standard_normal((3, *w.shape), dtype=np.float32))
+    close(jax.vmap(lambda a: conv(a, w))(xs), jax.vmap(lambda a: ref(a, w))(xs), 1e-5)
+    close(jax.vmap(conv)(xs, ws), jax.vmap(ref)(xs, ws), 1e-5)
+    loss = lambda f: jax.vmap(jax.grad(lambda a, b: jnp.sum(f(a, b) ** 2), argnums=(0, 1)))  # noqa: E731
+    for a, b in zip(loss(conv)(xs, ws), loss(ref)(xs, ws)):
+        close(a, b, 1e-5)
+
+
+def test_torch_keeps_its_openmp_threads():
+    """oneDNN runs single-threaded on jax_impl's own workers: the process's OpenMP runtime (torch's)
+    gains no thread, so libgomp does not throttle torch's spin-waits (which slows torch's steps)."""
+    before = len(os.listdir("/proc/self/task"))
+    conv = jax.jit(lambda a, b: _onednn().conv2d(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1)))
+    x, w = jnp.ones((32, 8, 20, 20), jnp.float32), jnp.ones((16, 8, 3, 3), jnp.float32)
+    jax.block_until_ready(jax.grad(lambda a, b: jnp.sum(conv(a, b)), argnums=(0, 1))(x, w))
+    from jax_impl import _onednn as library
+
+    assert len(os.listdir("/proc/self/task")) - before <= library.workers()
