@@ -280,3 +280,34 @@ def test_old_paths_name_the_same_generator() -> None:
         assert module.default_generator is G.default_generator
         assert module.manual_seed is G.manual_seed
     assert jax_impl.data.generator.get_rng_state is G.get_rng_state
+
+
+def test_masks_drawn_ahead_keep_torchs_stream():
+    """The engine draws the next dropout-sized mask ahead on a background thread (``Engine.bernoulli``);
+    interleaved with other draws, reseeding and state reads in a seeded random order, every mask and
+    every state stays torch's."""
+    rng = np.random.default_rng(0)
+    large = (_torch_rng.DRAW_AHEAD_MIN + 17,)
+    for trial in range(12):
+        ours, theirs = Generator(), torch.Generator()
+        ours.manual_seed(trial)
+        theirs.manual_seed(trial)
+        for _ in range(14):
+            op = int(rng.integers(0, 7))
+            if op <= 2:  # the repeating pattern a step draws, and a small mask that is never drawn ahead
+                shape, p = [(large, 0.75), ((300, 257), 0.5), ((10, 10), 0.3)][op]
+                expected = torch.empty(shape).bernoulli_(p, generator=theirs).bool().numpy()
+                np.testing.assert_array_equal(ours.bernoulli(shape, p), expected)
+            elif op == 3:
+                np.testing.assert_array_equal(ours.randperm(50), torch.randperm(50, generator=theirs).numpy())
+            elif op == 4:
+                np.testing.assert_array_equal(np.asarray(ours.get_state()), theirs.get_state().numpy())
+            elif op == 5:
+                seed = int(rng.integers(0, 2**31))
+                ours.manual_seed(seed)
+                theirs.manual_seed(seed)
+            else:
+                state = theirs.get_state()
+                ours.set_state(state)
+                theirs.set_state(state)
+        np.testing.assert_array_equal(np.asarray(ours.get_state()), theirs.get_state().numpy())

@@ -182,3 +182,17 @@ def test_torch_keeps_its_openmp_threads():
     from jax_impl import _onednn as library
 
     assert len(os.listdir("/proc/self/task")) - before <= library.workers()
+
+
+def test_environment_variable_turns_it_off():
+    """``JAX_IMPL_MKLDNN=0``: oneDNN is not loaded and every conv is XLA's."""
+    import subprocess
+    import sys
+
+    code = ("from jax_impl.backends import mkldnn; import jax, jax.numpy as jnp; from jax_impl.nn import functional as F;"
+            "x = jnp.ones((8, 16, 24, 24)); w = jnp.ones((32, 16, 3, 3));"
+            "print(mkldnn.is_available(), 'onednn' in jax.jit(F.conv2d).lower(x, w).as_text())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "JAX_IMPL_MKLDNN": "0"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
