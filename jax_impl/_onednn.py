@@ -294,10 +294,14 @@ def _single_threaded() -> None:
     library().omp_set_num_threads(1)
 
 
-@functools.cache
+_POOL: list = [None, None]  # (pid, executor): a forked child starts its own threads
+
+
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(workers(), thread_name_prefix="jax_impl-onednn",
-                                                 initializer=_single_threaded)
+    if _POOL[0] != os.getpid():
+        _POOL[:] = [os.getpid(), concurrent.futures.ThreadPoolExecutor(
+            workers(), thread_name_prefix="jax_impl-onednn", initializer=_single_threaded)]
+    return _POOL[1]
 
 
 class Convolution:

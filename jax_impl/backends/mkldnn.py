@@ -44,8 +44,13 @@ def is_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def flags(enabled: bool = False) -> Iterator[None]:
-    """Set :data:`enabled` inside a ``with`` block (``torch.backends.mkldnn.flags``)."""
+def flags(enabled: bool = False, deterministic: bool = False) -> Iterator[None]:
+    """Set :data:`enabled` inside a ``with`` block (``torch.backends.mkldnn.flags``).
+
+    ``deterministic`` is accepted for torch's signature: jax_impl's oneDNN
+    calls are always deterministic (fixed batch chunks, one thread each,
+    partial weight gradients added in chunk order).
+    """
     module = globals()  # the parameter has torch's name, so the module attribute is reached through globals()
     previous = module["enabled"]
     module["enabled"] = bool(enabled)

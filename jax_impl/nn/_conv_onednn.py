@@ -147,8 +147,11 @@ batching.primitive_batchers[_weight_grad] = _batch_rule(_weight_grad, (False, Fa
 def conv2d(x, w, stride, pads, dilation):
     """``conv(x, w)`` (NCHW float32 ``x``, OIHW ``w``, no bias) by oneDNN, forward and derivatives.
 
-    Needs :func:`registered` to be true (oneDNN present) and the CPU backend.
+    Needs oneDNN (:func:`registered`) and the CPU backend.
     """
+    if not registered():
+        raise RuntimeError("oneDNN is not available: install onednn-cpu-gomp (Linux x86-64) or leave "
+                           "jax_impl.backends.mkldnn disabled")
     geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
     out = [(x.shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w.shape[2 + a] - 1) - 1) // stride[a] + 1
            for a in range(2)]
