@@ -27,19 +27,27 @@ import os
 import sys
 import warnings
 
-__all__ = ["YNN_FLAG", "configure_cpu", "ynn_convolutions_disabled"]
+__all__ = ["YNN_FLAG", "configure_cpu", "jaxlib_knows_flag", "ynn_convolutions_disabled"]
 
 _FLAG_NAME = "xla_cpu_experimental_ynn_fusion_type"
 YNN_FLAG = f"--{_FLAG_NAME}=-individual_convolution"
 
 
-@functools.cache
 def _jaxlib_knows_flag() -> bool:
+    return jaxlib_knows_flag(_FLAG_NAME)
+
+
+@functools.cache
+def jaxlib_knows_flag(name: str) -> bool:
+    """Whether the installed jaxlib knows the XLA flag ``name`` (its name is in jaxlib's shared library).
+
+    XLA aborts on an unknown flag in ``XLA_FLAGS``, so a flag is set only when this holds.
+    """
     # find_spec locates jaxlib without importing it: importing jax_impl must not start jax.
     spec = importlib.util.find_spec("jaxlib")
     if spec is None or not spec.submodule_search_locations:  # pragma: no cover - jax always brings jaxlib
         return False
-    needle = _FLAG_NAME.encode()
+    needle = name.encode()
     for directory in spec.submodule_search_locations:
         for path in glob.glob(os.path.join(directory, "*.so")):
             if os.path.getsize(path) < 1 << 20:

@@ -33,6 +33,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jax_impl._xla_cpu import jaxlib_knows_flag
+
+_COLLECTIVE_TIMEOUT = "xla_cpu_collective_call_terminate_timeout_seconds"
+
 __all__ = ["ProcessFailed", "free_port", "init_from_env", "launch", "spawn"]
 
 _ENV_LOCK = threading.Lock()
@@ -183,7 +187,12 @@ def spawn(
     child_env = dict(env or {})
     flags = os.environ.get("XLA_FLAGS", "")
     flags = " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
-    child_env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={local_devices}".strip()
+    flags = f"{flags} --xla_force_host_platform_device_count={local_devices}"
+    if _COLLECTIVE_TIMEOUT not in flags and jaxlib_knows_flag(_COLLECTIVE_TIMEOUT):
+        # XLA:CPU aborts a process whose devices wait 40 s for each other in an all-reduce; on a loaded
+        # 2-core host one device's thread can fall that far behind and still finish.
+        flags += f" --{_COLLECTIVE_TIMEOUT}=600"
+    child_env["XLA_FLAGS"] = flags.strip()
     procs: dict[int, Any] = {}
     conns: dict[int, multiprocessing.connection.Connection] = {}
     with _ENV_LOCK:  # spawn children inherit os.environ as it is when they start
