@@ -42,7 +42,7 @@ _DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
 # dnnl_types.h
 _CPU = 1
 _F32 = 3
-_FORMAT_ANY, _FORMAT_A, _FORMAT_ABCD = 1, 2, 5
+_FORMAT_ANY, _FORMAT_ABCD = 1, 5
 _FORWARD_TRAINING = 64
 _CONVOLUTION_DIRECT = 1
 _QUERY_SRC, _QUERY_DIFF_SRC, _QUERY_WEIGHTS, _QUERY_DIFF_WEIGHTS, _QUERY_DST, _QUERY_DIFF_DST = 129, 130, 131, 132, 133, 134
@@ -196,7 +196,7 @@ class _Primitive:
 
 
 class _Operand:
-    """A plain (C-order) array at a caller's pointer, seen by a primitive in the layout it chose.
+    """A plain (C-order, 4-D) array at a caller's pointer, seen by a primitive in the layout it chose.
 
     If the primitive's layout is not the plain one, a buffer of that layout
     and the reorder between them are made once; ``to_primitive`` says which
@@ -205,7 +205,7 @@ class _Operand:
 
     def __init__(self, shape: Sequence[int], chosen, to_primitive: bool) -> None:
         lib = library()
-        plain = _desc(shape, _FORMAT_ABCD if len(shape) == 4 else _FORMAT_A)
+        plain = _desc(shape, _FORMAT_ABCD)
         self.user = _memory(plain, _P(0))
         self.reorder = None
         self.inner = self.user

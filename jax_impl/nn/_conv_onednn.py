@@ -26,6 +26,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from jax_impl import _onednn, _xla_ffi
+from jax_impl.nn import _conv_xla
 
 __all__ = ["conv2d", "registered"]
 
@@ -153,6 +154,5 @@ def conv2d(x, w, stride, pads, dilation):
         raise RuntimeError("oneDNN is not available: install onednn-cpu-gomp (Linux x86-64) or leave "
                            "jax_impl.backends.mkldnn disabled")
     geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
-    out = [(x.shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w.shape[2 + a] - 1) - 1) // stride[a] + 1
-           for a in range(2)]
+    out = _conv_xla.out_size(x.shape, w.shape, stride, pads, dilation)
     return _bind(_forward, x, w, geometry, (x.shape[0], w.shape[0], *out))
