@@ -48,8 +48,6 @@ def _torch_or_none() -> Any:
 
 
 @functools.cache
-@functools.cache
-@functools.lru_cache(maxsize=1)
 def torch_sqrt_table() -> np.ndarray | None:
     """``torch.sqrt`` of every float32 in [1, 4) (``2**24`` values, 64 MiB), for sqrt mode ``"table"``.
 
