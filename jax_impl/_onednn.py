@@ -29,7 +29,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -342,13 +342,16 @@ class Convolution:
             names.append(s.value.decode())
         return tuple(names)
 
-    def _parallel(self, calls) -> None:
+    def _parallel(self, calls, then: Callable[[], None] | None = None) -> None:
         # Every chunk on a pool thread, the calling XLA thread asleep meanwhile: measured faster than the
         # caller running a chunk itself (LeNet and MNIST-example steps by ~10%), whose core XLA's idle
-        # workers then compete for.
+        # workers then compete for. `then` reads what the chunks wrote into this object's own buffers, so
+        # it runs under the lock too: a second caller (another device of this process) would overwrite them.
         with self._lock:
             for future in [_pool().submit(*call) for call in calls]:
                 future.result()
+            if then is not None:
+                then()
 
     def forward(self, x: int, w: int, y: int) -> None:
         """``y = conv(x, w)``."""
@@ -365,12 +368,15 @@ class Convolution:
         if len(self._chunks) == 1:
             self._parallel([(self._kernels[0].run, "weight_grad", x, g, dw)])
             return
+
+        def add_partials() -> None:
+            out = np.ctypeslib.as_array((ctypes.c_float * math.prod(self.w_shape)).from_address(dw))
+            np.copyto(out, self._partials[0].reshape(-1))
+            for partial in self._partials[1:]:
+                out += partial.reshape(-1)
+
         self._parallel([(k.run, "weight_grad", x + lo * self._x_sample, g + lo * self._y_sample, p.ctypes.data)
-                        for k, (lo, _), p in zip(self._kernels, self._chunks, self._partials)])
-        out = np.ctypeslib.as_array((ctypes.c_float * math.prod(self.w_shape)).from_address(dw))
-        np.copyto(out, self._partials[0].reshape(-1))
-        for partial in self._partials[1:]:
-            out += partial.reshape(-1)
+                        for k, (lo, _), p in zip(self._kernels, self._chunks, self._partials)], then=add_partials)
 
 
 @functools.lru_cache(maxsize=256)

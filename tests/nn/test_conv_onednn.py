@@ -172,6 +172,33 @@ def test_forward_mode_second_order_and_vmap_match_xla():
         close(a, b, 1e-5)
 
 
+def test_concurrent_callers_of_one_geometry_get_their_own_results():
+    """Two devices of one process (a data-parallel step) call the same geometry at once: each caller's
+    weight gradient is its own batch's, as computed alone (the chunks' partial sums are per geometry, so
+    they are added up before another caller may overwrite them)."""
+    import concurrent.futures
+
+    from jax_impl import _onednn as library
+
+    conv = library.convolution((8, 16, 12, 12), (24, 16, 3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1))
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((8, 16, 12, 12), dtype=np.float32) for _ in range(6)]
+    gs = [rng.standard_normal((8, 24, 10, 10), dtype=np.float32) for _ in range(6)]
+
+    def weight_grad(i):
+        out = np.empty((24, 16, 3, 3), np.float32)
+        for _ in range(20):
+            conv.weight_grad(xs[i].ctypes.data, gs[i].ctypes.data, out.ctypes.data)
+            yield out.copy()
+
+    alone = [next(weight_grad(i)) for i in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        together = list(pool.map(lambda i: list(weight_grad(i)), range(6)))
+    for i, results in enumerate(together):
+        for result in results:
+            np.testing.assert_array_equal(result, alone[i])
+
+
 def test_torch_keeps_its_openmp_threads():
     """oneDNN runs single-threaded on jax_impl's own workers: the process's OpenMP runtime (torch's)
     gains no thread, so libgomp does not throttle torch's spin-waits (which slows torch's steps)."""
