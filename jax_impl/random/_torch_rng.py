@@ -185,7 +185,9 @@ class Engine:
                 self._bitgen.state = state
                 self._pending_next = None
             else:
-                mask = _bernoulli_bits(self._words(2 * n), p)
+                if n > 0:  # an empty draw leaves torch's fields as they are
+                    self._pending_next = None
+                mask = _bernoulli_bits(_words32(self._bitgen, 2 * n), p)
             following = self._successor.get(key)
             if following is not None and following[0] >= DRAW_AHEAD_MIN:
                 copy = np.random.MT19937(0)
@@ -225,8 +227,16 @@ def _background() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _draw_ahead(bitgen: np.random.MT19937, n: int, p: float) -> tuple[np.ndarray, dict]:
-    # numpy's random_raw and the ufuncs release the GIL: this runs beside the caller's Python.
-    return _bernoulli_bits(bitgen.random_raw(2 * n), p), bitgen.state
+    # numpy's draws and ufuncs release the GIL: this runs beside the caller's Python.
+    return _bernoulli_bits(_words32(bitgen, 2 * n), p), bitgen.state
+
+
+def _words32(bitgen: np.random.MT19937, n: int) -> np.ndarray:
+    """The next ``n`` engine outputs as uint32: ``integers`` over the whole uint32 range takes exactly one
+    ``next_uint32`` per value (no rejection, no buffering), the words ``random_raw`` gives, in half the memory."""
+    if n <= 0:
+        return np.empty(0, dtype=np.uint32)
+    return np.random.Generator(bitgen).integers(0, 2**32, n, dtype=np.uint32)
 
 
 def occurrences(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -324,15 +334,20 @@ def uniform_double(engine: Engine, n: int) -> np.ndarray:
 
 
 def _bernoulli_bits(words: np.ndarray, p: float) -> np.ndarray:
-    """``uniform_double < p`` on ``2n`` engine words (each in a uint64), in place in ``words``."""
-    # (r & (2**53 - 1)) * 2**-53 < p  <=>  (r & (2**53 - 1)) < p * 2**53: scaling by a power of two is
-    # exact, and for an integer left side "< t" is "< ceil(t)". With r = hi << 32 | lo (the first word
-    # high), the low 53 bits are (hi & (2**21 - 1)) << 32 | lo, built in place in the draw's own buffer.
-    bits = words[0::2]
-    bits &= np.uint64(2**21 - 1)
-    bits <<= np.uint64(32)
-    bits |= words[1::2]
-    return bits < np.uint64(math.ceil(p * 2.0**53))
+    """``uniform_double < p`` on ``2n`` engine words (uint32), one element per pair."""
+    # (r & (2**53 - 1)) * 2**-53 < p  <=>  (r & (2**53 - 1)) < t = ceil(p * 2**53): scaling by a power of two
+    # is exact, and for an integer left side "< p * 2**53" is "< ceil(p * 2**53)". With r = hi << 32 | lo (the
+    # first word high) the left side is (hi & (2**21 - 1), lo), compared with (t >> 32, t & (2**32 - 1))
+    # lexicographically: on the high parts, and on the low parts where the high parts tie (one pair in 2**21,
+    # none to look at when the threshold's low part is 0, as for p = 0.5 or 0.75).
+    threshold = math.ceil(p * 2.0**53)
+    t_hi, t_lo = threshold >> 32, threshold & (2**32 - 1)
+    hi = words[0::2] & np.uint32(2**21 - 1)
+    keep = hi < np.uint32(t_hi)  # t_hi <= 2**21
+    if t_lo:
+        tie = np.flatnonzero(hi == np.uint32(t_hi))
+        keep[tie] = words[1::2][tie] < np.uint32(t_lo)
+    return keep
 
 
 def bernoulli(engine: Engine, n: int, p: float) -> np.ndarray:

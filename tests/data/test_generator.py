@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -311,3 +312,30 @@ def test_masks_drawn_ahead_keep_torchs_stream():
                 ours.set_state(state)
                 theirs.set_state(state)
         np.testing.assert_array_equal(np.asarray(ours.get_state()), theirs.get_state().numpy())
+
+
+def test_bernoulli_threshold_on_crafted_words():
+    """The integer comparison behind ``bernoulli`` is torch's ``(r & (2**53 - 1)) * 2**-53 < p`` in double,
+    including the pairs whose high 21 bits tie with the threshold's (one in 2**21 of torch's draws; crafted
+    here) and p = 0 and 1."""
+    rng = np.random.default_rng(7)
+    for p in [0.0, 1.0, 0.5, 0.75, 0.1, 0.9, 1 / 3, *rng.random(20)]:
+        t = math.ceil(p * 2.0**53)
+        words = rng.integers(0, 2**32, 2 * 4096, dtype=np.uint32)
+        hi_tie = (t >> 32) | (rng.integers(0, 2**11, 1024, dtype=np.uint32) << 21)  # same low 21 bits
+        words[0:2048:2] = hi_tie
+        words[1:2048:2] = np.uint32(t & (2**32 - 1)) + rng.integers(-2, 3, 1024).astype(np.uint32)
+        r = (words[0::2].astype(np.uint64) << np.uint64(32)) | words[1::2].astype(np.uint64)
+        want = (r & np.uint64(2**53 - 1)).astype(np.float64) * 2.0**-53 < p
+        np.testing.assert_array_equal(_torch_rng._bernoulli_bits(words, p), want)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bernoulli_matches_torch_for_drawn_probabilities(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        p, n = float(rng.random()), int(rng.integers(1, 70000))
+        ours, theirs = Generator(seed), torch.Generator().manual_seed(seed)
+        want = torch.empty(n).bernoulli_(p, generator=theirs).bool().numpy()
+        np.testing.assert_array_equal(ours.bernoulli(n, p), want)
+        np.testing.assert_array_equal(ours.get_state(), theirs.get_state().numpy())
