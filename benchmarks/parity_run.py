@@ -47,8 +47,14 @@ def _one_run(config: Path, only: str | None) -> dict[str, Any]:
         (report,) = Path(runs).glob("*/report.json")
         data = json.loads(report.read_text())
     epochs = data["epochs"]
-    return {"wall_s": wall, "torch_loop_s": sum(e["torch_seconds"] for e in epochs),
-            "jax_loop_s": sum(e["jax_seconds"] for e in epochs), "steps": len(data["steps"])}
+    return {"wall_s": wall, "torch_loop_s": _loop_seconds(epochs, "torch_seconds"),
+            "jax_loop_s": _loop_seconds(epochs, "jax_seconds"), "steps": len(data["steps"])}
+
+
+def _loop_seconds(epochs: list[dict[str, Any]], key: str) -> float | None:
+    """The training loop's seconds over the epochs; ``None`` for the side an ``--only`` run skipped."""
+    seconds = [e[key] for e in epochs]
+    return None if any(s is None for s in seconds) else sum(seconds)
 
 
 def main(argv: list[str] | None = None) -> int:

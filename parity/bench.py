@@ -224,7 +224,8 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
              "| way | wall s | torch loop s | JAX loop s |", "|---|---|---|---|"]
     for way, res in data["ways"].items():
         run = min(res["runs"], key=lambda r: abs(r["wall_s"] - res["median_wall_s"]))
-        lines.append(f"| {way} | {res['median_wall_s']:.1f} | {run['torch_loop_s']:.2f} | {run['jax_loop_s']:.2f} |")
+        loops = ["-" if run[k] is None else f"{run[k]:.2f}" for k in ("torch_loop_s", "jax_loop_s")]
+        lines.append(f"| {way} | {res['median_wall_s']:.1f} | {loops[0]} | {loops[1]} |")
     lines += ["", f"Ratio torch-only wall / JAX-only wall: {data['ratio']:.2f}."]
     return lines
 

@@ -98,9 +98,20 @@ def takes_onednn(g: ConvGeometry) -> bool:
     gradients: float32 on the CPU backend with oneDNN installed and ``jax_impl.backends.mkldnn`` enabled,
     a non-empty batch and output, and at least ``2**22`` multiply-adds. oneDNN's JIT kernels run the
     shapes XLA:CPU is slow on (thin GEMMs, batch-as-feature weight gradients) at torch's speed, with no
-    NCHW/NHWC transposes around them."""
-    return (g.dtype == "float32" and _cpu() and g.x_shape[0] > 0 and min(g.out_size) > 0
-            and g.macs >= _ONEDNN_MIN_MACS and mkldnn.is_enabled())
+    NCHW/NHWC transposes around them.
+
+    Left to the routes below: strided 1x1 kernels (:func:`takes_pointwise`), and convs whose batch has few
+    output pixels against their output channels or whose output is no larger than the kernel
+    (:func:`takes_gemm`, :func:`takes_gemm_forward`: ResNet's last stages). There oneDNN's per-sample
+    kernels, its weight reorders and the per-chunk weight gradients cost more than one GEMM over the
+    batch: forward and backward 2-3x slower than those routes, and slower than XLA's own.
+    """
+    if not (g.dtype == "float32" and _cpu() and g.x_shape[0] > 0 and min(g.out_size) > 0
+            and g.macs >= _ONEDNN_MIN_MACS and mkldnn.is_enabled()):
+        return False
+    taps = g.w_shape[2] * g.w_shape[3]
+    few_pixels = g.pixels <= _GEMM_FWD_PIXELS_PER_CHANNEL * g.w_shape[0] or g.out_size[0] * g.out_size[1] <= taps
+    return not (few_pixels or takes_pointwise(g))
 
 
 def takes_pointwise(g: ConvGeometry) -> bool:

@@ -201,7 +201,7 @@ class Engine:
         return (w[0::2] << np.uint64(32)) | w[1::2]
 
 
-# Masks at least this large are drawn ahead (a dropout layer's; one draw costs ~7 ns).
+# Masks at least this large are drawn ahead (a dropout layer's; one element costs ~6 ns).
 DRAW_AHEAD_MIN = 1 << 16
 _BACKGROUND: list = [None, None]  # (pid, executor): a forked child starts its own thread
 

@@ -445,9 +445,13 @@ def test_route_table_order():
     assert names[0] == "onednn" and names[-1] == "xla" and len(set(names)) == len(names)
     downsample = G((32, 256, 4, 4), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1))
     lenet1 = G((256, 3, 32, 32), (6, 3, 5, 5), (1, 1), ((0, 0), (0, 0)), (1, 1))
+    last_stage = G((32, 512, 2, 2), (512, 512, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
+    mnist2 = G((64, 32, 26, 26), (64, 32, 3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1))
     if mkldnn.is_available():
         with mkldnn.flags(enabled=True):
-            assert FC.route_for(downsample).name == FC.route_for(lenet1, traced=False).name == "onednn"
+            assert FC.route_for(mnist2).name == FC.route_for(lenet1, traced=False).name == "onednn"
+            # oneDNN leaves the GEMM's and the pointwise route's shapes to them (faster there).
+            assert FC.route_for(downsample).name == "pointwise" and FC.route_for(last_stage).name == "gemm"
     assert FC.route_for(downsample).name == "pointwise"  # before the GEMM row, which also applies
     assert FC.route_for(lenet1).name == "direct"
     assert FC.route_for(lenet1, traced=False).name in ("xla", "ynn_free")
