@@ -25,6 +25,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import socket
 import sys
 import threading
@@ -154,6 +155,30 @@ def launch(
                  timeout=timeout, env=env, ranks=ranks, address=address, port=port)
 
 
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM that arrive inside are delivered on exit (main thread; elsewhere a no-op).
+
+    A ``KeyboardInterrupt`` raised inside ``Process.start`` can fall between starting the child and
+    sending it its pickled target: the child then fails reading it and prints a traceback, and the parent
+    never learns its pid to stop it. Held to the end of the starts, the signal interrupts a parent whose
+    children have all started, and the caller's cleanup ends them.
+    """
+    names = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in names):
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in names}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def spawn(
     fn: Callable[..., Any],
     world_size: int,
@@ -195,27 +220,27 @@ def spawn(
     child_env["XLA_FLAGS"] = flags.strip()
     procs: dict[int, Any] = {}
     conns: dict[int, multiprocessing.connection.Connection] = {}
-    with _ENV_LOCK:  # spawn children inherit os.environ as it is when they start
-        saved = {k: os.environ.get(k) for k in child_env}
-        os.environ.update(child_env)
-        try:
-            for rank in ranks:
-                reader, writer = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_child, name=f"parallel_rank_{rank}", daemon=True,
-                                args=(fn, rank, world_size, address, port, tuple(args), writer, setup, teardown))
-                p.start()
-                writer.close()
-                procs[rank] = p
-                conns[rank] = reader
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     results: dict[int, Any] = {}
-    deadline = None if timeout is None else time.monotonic() + timeout
     try:
+        with _ENV_LOCK, _signals_held():  # spawn children inherit os.environ as it is when they start
+            saved = {k: os.environ.get(k) for k in child_env}
+            os.environ.update(child_env)
+            try:
+                for rank in ranks:
+                    reader, writer = ctx.Pipe(duplex=False)
+                    p = ctx.Process(target=_child, name=f"parallel_rank_{rank}", daemon=True,
+                                    args=(fn, rank, world_size, address, port, tuple(args), writer, setup, teardown))
+                    p.start()
+                    writer.close()
+                    procs[rank] = p
+                    conns[rank] = reader
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        deadline = None if timeout is None else time.monotonic() + timeout
         while len(results) < len(ranks):
             waiting = {conns[r]: r for r in ranks if r not in results}
             sentinels = {procs[r].sentinel: r for r in ranks if r not in results}

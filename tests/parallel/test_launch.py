@@ -92,3 +92,25 @@ def test_auto_backend_and_wrap_device_checks() -> None:
         tp.resolve_backend("mpi")
     with pytest.raises(ValueError, match="device must be"):
         tp.wrap(torch.nn.Linear(2, 2), device="tpu")
+
+
+def test_a_signal_while_ranks_start_stops_every_started_rank(monkeypatch) -> None:
+    """Ctrl-C (or SIGTERM turned into KeyboardInterrupt) landing inside the start of a rank is held until
+    every rank has started, then raised: no rank is left half-started (it would read a truncated target
+    and print a traceback) and the launcher ends all of them (the fixture checks none is left)."""
+    import multiprocessing.context
+    import signal
+
+    started = []
+    start = multiprocessing.context.SpawnProcess.start
+
+    def start_then_signal(self):
+        start(self)
+        started.append(self.pid)
+        if len(started) == 1:
+            signal.raise_signal(signal.SIGINT)  # Python's default handler: KeyboardInterrupt
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        spawn(_workers.raise_on_rank_one, 3, timeout=60)
+    assert len(started) == 3
