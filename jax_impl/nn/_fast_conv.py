@@ -109,9 +109,19 @@ def takes_onednn(g: ConvGeometry) -> bool:
     if not (g.dtype == "float32" and _cpu() and g.x_shape[0] > 0 and min(g.out_size) > 0
             and g.macs >= _ONEDNN_MIN_MACS and mkldnn.is_enabled()):
         return False
-    taps = g.w_shape[2] * g.w_shape[3]
-    few_pixels = g.pixels <= _GEMM_FWD_PIXELS_PER_CHANNEL * g.w_shape[0] or g.out_size[0] * g.out_size[1] <= taps
+    few_pixels = _output_within_kernel(g) or _pixels_per_channel_at_most(g, _GEMM_FWD_PIXELS_PER_CHANNEL)
     return not (few_pixels or takes_pointwise(g))
+
+
+def _output_within_kernel(g: ConvGeometry) -> bool:
+    """The output image has no more pixels than the kernel has taps (and the kernel more than one)."""
+    taps = g.w_shape[2] * g.w_shape[3]
+    return taps > 1 and g.out_size[0] * g.out_size[1] <= taps
+
+
+def _pixels_per_channel_at_most(g: ConvGeometry, per_channel: int) -> bool:
+    """``0 < N*Ho*Wo <= per_channel * C_out``: the batch has few output pixels against the output channels."""
+    return 0 < g.pixels <= per_channel * g.w_shape[0]
 
 
 def takes_pointwise(g: ConvGeometry) -> bool:
@@ -142,13 +152,7 @@ def takes_gemm(g: ConvGeometry) -> bool:
       into Eigen's HWIO layout (for the input gradient a second time, and the
       weight gradient back).
     """
-    if not _cpu():
-        return False
-    taps = g.w_shape[2] * g.w_shape[3]
-    ho, wo = g.out_size
-    if taps > 1 and ho * wo <= taps:
-        return True
-    return 0 < g.pixels <= g.w_shape[0]
+    return _cpu() and (_output_within_kernel(g) or _pixels_per_channel_at_most(g, 1))
 
 
 # The fused loop pays only for a conv tiny per output pixel (LeNet's first conv: 3*5*5 taps x 6
@@ -212,7 +216,7 @@ def takes_gemm_forward(g: ConvGeometry) -> bool:
     """The GEMM forward (:func:`~jax_impl.nn._conv_gemm.gemm_forward_conv`) with XLA's conv derivatives,
     for ``N*Ho*Wo <= 4*C_out``; with YNNPACK convs on, XLA's weight-gradient conv would go to YNNPACK
     (:func:`takes_ynn_free` takes those convs)."""
-    return _cpu() and not xla.YNN_CONVS and 0 < g.pixels <= _GEMM_FWD_PIXELS_PER_CHANNEL * g.w_shape[0]
+    return _cpu() and not xla.YNN_CONVS and _pixels_per_channel_at_most(g, _GEMM_FWD_PIXELS_PER_CHANNEL)
 
 
 # The block split measured faster on outputs of at least 28x28 (ResNet-18 at 224x224, batch 4: its
