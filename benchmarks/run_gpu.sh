@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks and benchmarks that need a GPU, in one go (~7 minutes on one H200):
+# The checks and benchmarks that need a GPU, in one go (~12 minutes on one H200):
 #
 #   bash benchmarks/run_gpu.sh OUTDIR
 #
@@ -9,7 +9,11 @@
 # 3. benchmarks/train_step.py --device cuda, TF32 off (parity settings) and on (speed settings)
 #    (-> OUTDIR/train_step_cuda.json, OUTDIR/train_step_cuda_tf32.json; copy them to benchmarks/results/ and
 #    `parity bench --render-only` adds them to docs/benchmarks.md);
-# 4. benchmarks/optim_update.py --device cuda (-> OUTDIR/optim_update_cuda.json, rendered the same way).
+# 4. benchmarks/optim_update.py --device cuda (-> OUTDIR/optim_update_cuda.json, rendered the same way);
+# 5. benchmarks/gpu_throughput.py: ResNet-18 CIFAR b512 and ResNet-50 b128 224, float32/TF32/bf16, torch eager,
+#    torch.compile and JAX, images/s and peak memory (-> OUTDIR/gpu_throughput.json; copy it to benchmarks/results/),
+#    for at most THROUGHPUT_BUDGET_S seconds (default 300) of starting new runs.
+# SKIP_BENCH=1 stops after 2; SKIP_STEP_BENCH=1 skips 3 and 4.
 # Needs a CUDA build of torch and jax with its CUDA plugin; run from the repository root.
 set -u
 out=${1:?usage: run_gpu.sh OUTDIR}
@@ -38,6 +42,9 @@ wait
 tail -5 "$out/pytest_cuda.log"
 
 [ "${SKIP_BENCH:-0}" = 1 ] && exit 0
+timeout $(( ${THROUGHPUT_BUDGET_S:-300} + 200 )) $py benchmarks/gpu_throughput.py --budget-s "${THROUGHPUT_BUDGET_S:-300}" \
+  --timeout-s 150 --json "$out/gpu_throughput.json" 2>&1 | grep -v "^wrote" | tee "$out/gpu_throughput.log"
+[ "${SKIP_STEP_BENCH:-0}" = 1 ] && exit 0
 timeout 300 $py benchmarks/train_step.py --device cuda --json "$out/train_step_cuda.json" 2>&1 | tail -6  # with GPU memory
 timeout 180 $py benchmarks/train_step.py --device cuda --tf32 --no-memory --json "$out/train_step_cuda_tf32.json" 2>&1 | tail -6
 timeout 240 $py benchmarks/optim_update.py --device cuda --json "$out/optim_update_cuda.json" 2>&1 | grep -v "^[│┃┏┡└]" | tail -14

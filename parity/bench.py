@@ -231,9 +231,90 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
 
 
 def _section_gpu(results_dir: Path) -> list[str]:
-    """The runs on a GPU (``benchmarks/run_gpu.sh``): ``train_step_cuda*.json`` and ``optim_update_cuda.json``, if any."""
+    """The runs on a GPU (``benchmarks/run_gpu.sh``): ``gpu_throughput.json``, ``train_step_cuda*.json`` and
+    ``optim_update_cuda.json``, if any."""
     optim = _load(results_dir, "optim_update_cuda")
-    return _section_gpu_train_step(results_dir) + (_section_gpu_optim(optim) if optim else [])
+    throughput = _load(results_dir, "gpu_throughput")
+    return ((_section_gpu_throughput(throughput) if throughput and not throughput.get("smoke") else [])
+            + _section_gpu_train_step(results_dir) + (_section_gpu_optim(optim) if optim else []))
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
+    m = _machine(data)
+    lines = ["## Throughput at training sizes on a GPU", "",
+             f"`benchmarks/gpu_throughput.py` (`benchmarks/run_gpu.sh`, {m.get('date', '')[:16]}) on "
+             f"{m.get('gpus', 1)} x {m.get('gpu', 'GPU')}: torch {m.get('torch', '?')} (CUDA "
+             f"{m.get('torch_cuda', '?')}) eager with `cudnn.benchmark` and `torch.compile` (default mode); jax "
+             f"{m.get('jax', '?')}, `jax_impl.train.train_step` (batch an argument, state donated) and one jitted "
+             "eval forward. SGD with momentum, random data, NCHW. Images per second: the median of 5 blocks of 10 "
+             "back-to-back steps, each block ending with one device synchronisation; each (case, precision, "
+             "framework) in a fresh process. `float32` is TF32 off on both sides; `tf32` turns torch's TF32 on "
+             "(jax_impl's layers ask for `HIGHEST`, so JAX has no TF32 row and its float32 row is compared); "
+             "`bf16` is autocast on both sides (JAX: `train_step(..., autocast=jnp.bfloat16)`). Ratio: JAX "
+             "images/s over torch's (above 1, JAX is faster). Peak: torch's `max_memory_allocated` over the "
+             "timed steps; JAX's `peak_bytes_in_use` since its process started (compiling included), in MiB.", ""]
+    runs = data.get("runs", [])
+
+    def find(framework: str, case: str, precision: str, env: bool = False) -> dict[str, Any] | None:
+        for row in runs:
+            if (row["framework"], row["case"], row["precision"], bool(row.get("env"))) == (framework, case, precision,
+                                                                                            env):
+                return row
+        return None
+
+    for case in data.get("cases", {}):
+        lines += [f"**{case}**", "",
+                  "| precision | mode | torch img/s | torch.compile img/s | JAX img/s | JAX / torch | "
+                  "JAX / torch.compile | torch peak | torch.compile peak | JAX peak |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for precision in ("float32", "tf32", "bf16"):
+            eager, compiled = find("torch", case, precision), find("torch_compile", case, precision)
+            ours = find("jax", case, "float32" if precision == "tf32" else precision)
+            if not (eager or compiled):
+                continue
+            for mode in ("train", "infer"):
+                def rate(row: dict[str, Any] | None) -> float | None:
+                    return row[mode]["images_per_s"] if row else None
+
+                def ratio(a: float | None, b: float | None) -> str:
+                    return f"{a / b:.2f}" if a and b else "-"
+
+                cells = [rate(eager), rate(compiled), rate(ours)]
+                lines.append(f"| {precision} | {mode} | " + " | ".join("-" if c is None else f"{c:.0f}" for c in cells)
+                             + f" | {ratio(cells[2], cells[0])} | {ratio(cells[2], cells[1])} | "
+                             + " | ".join(_mib(row[mode].get("peak_mib")) if row else "-"
+                                          for row in (eager, compiled, ours)) + " |")
+        lines.append("")
+    memory = []
+    for case in data.get("cases", {}):
+        for env in (False, True):
+            row = find("jax", case, "float32", env)
+            if row is None:
+                continue
+            train = row["train"]
+            xla = train.get("xla_memory_analysis", {})
+            memory.append(f"| {case} | {'level 0' if env else 'default'} | "
+                          f"{_mib(train.get('memory_after_compile', {}).get('peak_bytes_in_use'))} | "
+                          f"{_mib(train.get('memory_after_steps', {}).get('peak_bytes_in_use'))} | "
+                          f"{_mib(sum(xla.get(k, 0) for k in ('argument_size', 'output_size', 'temp_size')))} | "
+                          f"{_mib(xla.get('temp_size'))} | {train['images_per_s']:.0f} | {train['compile_s']:.0f} |")
+    if memory:
+        lines += ["Where JAX's peak comes from (float32 training): the device's peak right after compiling the step "
+                  "and after the timed steps, against XLA's own account of the compiled step (arguments + outputs "
+                  "+ temporaries), with XLA's "
+                  "convolution autotuning at its default and off (`--xla_gpu_autotune_level=0`).", "",
+                  "| case | autotuning | peak after compile | peak after steps | XLA args+out+temp | XLA temp | "
+                  "train img/s | compile s |", "|---|---|---|---|---|---|---|---|", *memory, ""]
+    skipped = data.get("skipped", [])
+    if skipped:
+        lines += ["Not measured: " + "; ".join(
+            f"{s['framework']} {s['case']} {s['precision']}{' ' + ' '.join(s['env'].values()) if s.get('env') else ''}"
+            f" ({s['reason'].splitlines()[-1][:120] if s['reason'] else ''})" for s in skipped) + ".", ""]
+    return lines
 
 
 def _section_gpu_optim(data: dict[str, Any]) -> list[str]:
