@@ -9,10 +9,10 @@ train mode for ``train`` and eval mode for ``infer``):
 - ``resnet50_b128_224``: ResNet-50 (1000 classes) on 3x224x224, batch 128.
 
 Precisions: ``float32`` (TF32 off on both sides: the parity setting),
-``tf32`` (torch's ``allow_tf32`` flags on; jax_impl's convolutions and linear
-layers ask for ``Precision.HIGHEST`` themselves, so a JAX ``tf32`` row is
-not run: its float32 row is the program a user gets) and ``bf16``
-(``torch.autocast("cuda", torch.bfloat16)`` against
+``tf32`` (torch's ``torch.backends.cuda.matmul.allow_tf32`` and
+``torch.backends.cudnn.allow_tf32`` on; jax_impl's switches of the same
+names, ``jax_impl.backends.cuda`` and ``jax_impl.backends.cudnn``, on) and
+``bf16`` (``torch.autocast("cuda", torch.bfloat16)`` against
 ``jax_impl.train.train_step(..., autocast=jnp.bfloat16)``, which follows
 torch's CPU autocast lists; parameters stay float32 on both sides).
 
@@ -46,6 +46,7 @@ a measurement). This is a benchmark, not a test: nothing under tests/ runs it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -69,6 +70,11 @@ PRECISIONS = ("float32", "tf32", "bf16")
 LR, MOMENTUM = 0.01, 0.9
 BLOCKS, STEPS, WARMUP = 5, 10, 3
 MIB = 2 ** 20
+AUTOTUNE_OFF = "--xla_gpu_autotune_level=0"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _data(case: dict[str, Any]):
@@ -151,8 +157,10 @@ def probe_jax(case: dict[str, Any], precision: str, *, blocks: int, steps: int) 
     from flax import nnx
 
     from jax_impl import models, nn, optim
+    from jax_impl.backends import cuda, cudnn
     from jax_impl.train import eval_step, init_train_state, train_step
 
+    cuda.matmul.allow_tf32 = cudnn.allow_tf32 = precision == "tf32"  # read while the steps are traced, below
     autocast = jnp.bfloat16 if precision == "bf16" else None
     model = getattr(models, case["model"])(num_classes=case["classes"], rngs=nnx.Rngs(0))
     tx = optim.sgd(lr=LR, momentum=MOMENTUM)
@@ -222,11 +230,11 @@ def _plan(names: list[str], frameworks: list[str]) -> list[tuple[str, str, str, 
     for precision in ("float32", "bf16", "tf32"):
         for name in names:
             for framework in ("jax", "torch"):
-                if framework in frameworks and not (framework == "jax" and precision == "tf32"):
+                if framework in frameworks:
                     plan.append((framework, name, precision, {}))
     if "jax" in frameworks:
         for name in names:
-            plan.append(("jax", name, "float32", {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}))
+            plan.append(("jax", name, "float32", {"XLA_FLAGS": AUTOTUNE_OFF}))
     if "torch_compile" in frameworks:
         for precision in ("bf16", "float32"):
             for name in names:
@@ -242,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=600.0, help="start no new process after this many seconds")
     parser.add_argument("--timeout-s", type=float, default=240.0, help="one process's limit")
     parser.add_argument("--smoke", action="store_true", help="tiny batches on any device: check the script")
+    parser.add_argument("--runs", help="run only these, in this order: comma-separated FRAMEWORK:CASE:PRECISION, "
+                        "with :autotune0 for XLA's autotuning off (default: the whole plan)")
     parser.add_argument("--probe", nargs=3, metavar=("FRAMEWORK", "CASE", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
@@ -252,8 +262,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     results: dict[str, Any] = {"machine": machine_info(), "smoke": args.smoke, "cases": {n: CASES[n] for n in names},
                                "runs": [], "skipped": []}
+    plan = _plan(names, args.frameworks.split(","))
+    if args.runs:
+        plan = []
+        for item in args.runs.split(","):
+            framework, name, precision, *extra = item.split(":")
+            if name not in CASES or precision not in PRECISIONS or framework not in ("jax", "torch", "torch_compile"):
+                parser.error(f"--runs: bad item {item!r}")
+            plan.append((framework, name, precision, {"XLA_FLAGS": AUTOTUNE_OFF} if extra == ["autotune0"] else {}))
     start = time.perf_counter()
-    for framework, name, precision, env in _plan(names, args.frameworks.split(",")):
+    for framework, name, precision, env in plan:
         label = {"framework": framework, "case": name, "precision": precision, "env": env}
         if time.perf_counter() - start > args.budget_s:
             results["skipped"].append(dict(label, reason="budget"))
@@ -272,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             results["skipped"].append(dict(label, reason="failed: " + proc.stderr.strip()[-1500:]))
             print(f"{framework:14s} {name:20s} {precision:8s} FAILED\n{proc.stderr[-1500:]}", flush=True)
             continue
-        row = dict(label, seconds=time.perf_counter() - began, **json.loads(lines[-1][len("RESULT "):]))
+        row = dict(label, seconds=time.perf_counter() - began, measured=_now(),
+                   **json.loads(lines[-1][len("RESULT "):]))
         results["runs"].append(row)
         print(f"{framework:14s} {name:20s} {precision:8s} {' '.join(env.values()):30s} train "
               f"{row['train']['images_per_s']:9.0f} img/s peak {row['train'].get('peak_mib') or 0:7.0f} MiB | infer "

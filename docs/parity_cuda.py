@@ -106,7 +106,7 @@ def _guarded(fn, *args) -> dict[str, Any]:
         return {"args": list(args), "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
 
 
-def run_checks(workers: int) -> dict[str, Any]:
+def run_checks(workers: int, checks: tuple[str, ...] = ("sync_bn", "nccl")) -> dict[str, Any]:
     import jax
     import torch
 
@@ -119,13 +119,14 @@ def run_checks(workers: int) -> dict[str, Any]:
     print(json.dumps(info), flush=True)
     import parity.parallel  # noqa: F401  (imported once, before the threads)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:  # each case runs in its own processes
-        sync = [pool.submit(_guarded, _sync_bn_case, d, s) for d, s in SYNC_BN]
+        sync = [pool.submit(_guarded, _sync_bn_case, d, s) for d, s in SYNC_BN if "sync_bn" in checks]
         gpus = torch.cuda.device_count()
         # One rank per GPU under NCCL: a case wanting more ranks than GPUs runs on all of them if it wants
         # 2 (one GPU: 1 rank), and is skipped, and said so, if it wants 4.
-        runnable = [(d, r) for d, r in NCCL if r <= max(gpus, 2)]
+        runnable = [(d, r) for d, r in NCCL if r <= max(gpus, 2) and "nccl" in checks]
         nccl = [pool.submit(_guarded, _nccl_case, d, r) for d, r in runnable]
-        skipped = [f"DDP over NCCL with {r} ranks ({d}): {gpus} GPU(s)" for d, r in NCCL if (d, r) not in runnable]
+        skipped = [f"DDP over NCCL with {r} ranks ({d}): {gpus} GPU(s)" for d, r in NCCL
+                   if (d, r) not in runnable and "nccl" in checks]
         if gpus < 2:
             skipped += ["DDP over NCCL with 2 ranks and pmap over 2 GPUs: ran with 1 rank on 1 GPU",
                         "SyncBatchNorm over NCCL: its 2 ranks share one GPU over gloo, JAX's replicas are vmapped"]
@@ -201,11 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, help="write docs/parity.md's CUDA section from this JSON")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "parity.md")
     parser.add_argument("--workers", type=int, default=4, help="checks run at once (each in its own processes)")
+    parser.add_argument("--checks", default="sync_bn,nccl", help="comma-separated: sync_bn, nccl")
     args = parser.parse_args(argv)
     if not args.json and not args.render:
         parser.error("give --json (run) or --render (write the section)")
     if args.json:
-        results = run_checks(args.workers)
+        results = run_checks(args.workers, tuple(args.checks.split(",")))
         args.json.write_text(json.dumps(results, indent=1, default=float) + "\n")
         print(render(results))
     if args.render:

@@ -252,8 +252,9 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
              f"{m.get('jax', '?')}, `jax_impl.train.train_step` (batch an argument, state donated) and one jitted "
              "eval forward. SGD with momentum, random data, NCHW. Images per second: the median of 5 blocks of 10 "
              "back-to-back steps, each block ending with one device synchronisation; each (case, precision, "
-             "framework) in a fresh process. `float32` is TF32 off on both sides; `tf32` turns torch's TF32 on "
-             "(jax_impl's layers ask for `HIGHEST`, so JAX has no TF32 row and its float32 row is compared); "
+             "framework) in a fresh process. `float32` is TF32 off on both sides; `tf32` turns TF32 on for "
+             "convolutions and GEMMs on both sides (torch's `torch.backends.cudnn.allow_tf32` and "
+             "`torch.backends.cuda.matmul.allow_tf32`, jax_impl's `jax_impl.backends.cudnn` / `.cuda` switches); "
              "`bf16` is autocast on both sides (JAX: `train_step(..., autocast=jnp.bfloat16)`). Ratio: JAX "
              "images/s over torch's (above 1, JAX is faster). Peak: torch's `max_memory_allocated` over the "
              "timed steps; JAX's `peak_bytes_in_use` since its process started (compiling included), in MiB.", ""]
@@ -273,7 +274,7 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for precision in ("float32", "tf32", "bf16"):
             eager, compiled = find("torch", case, precision), find("torch_compile", case, precision)
-            ours = find("jax", case, "float32" if precision == "tf32" else precision)
+            ours = find("jax", case, precision)
             if not (eager or compiled):
                 continue
             for mode in ("train", "infer"):

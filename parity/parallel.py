@@ -255,6 +255,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
     loss_fn = _loss(spec, torch.nn)
     device = next(ddp.parameters()).device
+    loss_device = device if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces GPU tensors only
     losses, lrs, step, epoch = [], [], 0, 0
     start = _start(spec, "floor" if spec.dtype == "float64" and spec.resume and "floor" in spec.resume else "torch")
     if start is not None:
@@ -299,7 +300,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             loss = step_loss(torch_train_step(ddp, loss_fn, optimizer, micro, dtype=dtype,
                                               accumulate=spec.accumulate, autocast=_torch_autocast(spec),
                                               **_clip_args(spec)))
-            mean = torch.tensor(loss, dtype=dtype)  # the rank's float32 / float64 loss, exactly
+            mean = torch.tensor(loss, dtype=dtype, device=loss_device)  # the rank's loss, exactly
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
             step += 1

@@ -17,8 +17,11 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
+
+from jax_impl.nn import _precision
 
 __all__ = [
     "HIGHEST", "NCHW", "YNN_CONVS", "YNN_FEATURE_THRESHOLD", "bilinear_jvp", "conv_with_grads", "out_size", "plain",
@@ -63,7 +66,8 @@ YNN_CONVS = ynn_takes_convs()
 def plain(x, w, stride, pads, dilation):
     """XLA's own convolution, exactly as ``jax_impl.nn.functional`` writes every other conv."""
     return lax.conv_general_dilated(
-        x, w, window_strides=stride, padding=pads, rhs_dilation=dilation, dimension_numbers=NCHW, precision=HIGHEST,
+        x, w, window_strides=stride, padding=pads, rhs_dilation=dilation, dimension_numbers=NCHW,
+        precision=_precision.conv(jnp.result_type(x, w)),
     )
 
 

@@ -8,6 +8,8 @@ unbatched ``(C, *S)``, as in torch.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -15,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from jax_impl import amp
-from jax_impl.nn import _gemm
+from jax_impl.nn import _gemm, _precision
 from jax_impl.nn import _max_pool as _max_pool_impl
 from jax_impl.nn import _pool_indices
 from jax_impl.nn._fast_conv import conv2d_core
@@ -133,11 +135,10 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
             f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
         )
     if _gemm.one_rounding(x, weight):
-        y = lax.conv_general_dilated(
-            x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
-            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
-            preferred_element_type=jnp.float32,
-        )
+        conv = functools.partial(
+            lax.conv_general_dilated, window_strides=stride, padding=pads, rhs_dilation=dilation,
+            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST)
+        y = _gemm.bf16_backward(functools.partial(conv, preferred_element_type=jnp.float32), conv)(x, weight)
         y = _gemm.bias_rounded(y, bias, nd, x.dtype)
     elif nd == 2 and groups == 1 and x.dtype == weight.dtype:
         # XLA:CPU-aware lowering (jax_impl/nn/_fast_conv.py): same sums, routed around XLA's slow cases.
@@ -145,7 +146,8 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
     else:
         y = lax.conv_general_dilated(
             x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
-            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
+            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups,
+            precision=_precision.conv(jnp.result_type(x, weight)),
         )
         y = _add_bias(y, bias, nd)
     return y[0] if unbatched else y
@@ -200,13 +202,15 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
         (d * (k - 1) - p, d * (k - 1) - p + op)
         for k, p, op, d in zip(kernel, padding, output_padding, dilation)
     ]
-    one_rounding = _gemm.one_rounding(x, w)
-    y = lax.conv_general_dilated(
-        x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
-        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST,
-        preferred_element_type=jnp.float32 if one_rounding else None,
-    )
-    y = _gemm.bias_rounded(y, bias, nd, x.dtype) if one_rounding else _add_bias(y, bias, nd)
+    conv = functools.partial(
+        lax.conv_general_dilated, window_strides=(1,) * nd, padding=pads, lhs_dilation=stride,
+        rhs_dilation=dilation, dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups,
+        precision=_precision.conv(jnp.result_type(x, w)))
+    if _gemm.one_rounding(x, w):
+        y = _gemm.bf16_backward(functools.partial(conv, preferred_element_type=jnp.float32), conv)(x, w)
+        y = _gemm.bias_rounded(y, bias, nd, x.dtype)
+    else:
+        y = _add_bias(conv(x, w), bias, nd)
     return y[0] if unbatched else y
 
 

@@ -156,3 +156,29 @@ def test_bf16_attention_within_bf16_rounding():
     pairs = _forward_and_grads(F.scaled_dot_product_attention, JF.scaled_dot_product_attention, (q, k, v))
     for t, j in pairs:
         assert np.abs(j - t).max() <= 4 * 2.0 ** -8 * np.abs(t).max()
+
+
+def _product_operand_types(platform: str) -> list[str]:
+    """The operand types of every convolution and dot in a bf16 conv2d + linear train step lowered for ``platform``."""
+    x, w, b, v = _r(4, 3, 6, 6), _r(8, 3, 3, 3, scale=0.2), _r(8), _r(5, 8 * 36, scale=0.05)
+
+    def loss(x, w, b, v):
+        with amp.autocast():
+            y = JF.relu(JF.conv2d(x, w, b, padding=1))
+            return (JF.linear(y.reshape(4, -1), v).astype(jnp.float32) ** 2).sum()
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(x, w, b, v).lower(
+        lowering_platforms=(platform,)).as_text()
+    return [line.split(":")[-1].split("->")[0].strip() for line in text.splitlines()
+            if "stablehlo.convolution" in line or "stablehlo.dot_general" in line]
+
+
+def test_bf16_gradient_products_take_bf16_operands_off_the_cpu():
+    # torch's autograd runs a bf16 layer's gradient GEMMs and convolutions on bf16 operands. On the CPU
+    # jax_impl keeps the float32 transposes checked above (torch's CPU values); elsewhere the gradient
+    # products take bf16 operands too (GPU tensor cores: ResNet-50's bf16 train step on an H200 ran at
+    # float32 speed without this). Lowered for CUDA here, which needs no GPU.
+    cuda, cpu = _product_operand_types("cuda"), _product_operand_types("cpu")
+    assert len(cuda) == len(cpu) == 6  # conv and linear: forward, input gradient, weight gradient
+    assert all(ops.count("bf16") == 2 for ops in cuda), cuda
+    assert sum(ops.count("bf16") == 2 for ops in cpu) == 2, cpu  # the forwards; the gradients are float32

@@ -1,0 +1,42 @@
+"""``torch.backends.cudnn``: whether float32 convolutions on a GPU may use TF32.
+
+``torch.backends.cudnn.allow_tf32`` lets cuDNN round float32 convolution
+operands to TF32 (10-bit mantissa) on tensor cores; torch's default is
+``True``. jax_impl's default is ``False``: its convolutions ask XLA for
+``Precision.HIGHEST`` (full float32), the setting its parity checks against
+torch run with (``parity`` turns torch's switch off). Set
+:data:`allow_tf32` to ``True`` for torch's default speed on a GPU: a
+float32 convolution off the CPU then gets XLA's default precision, TF32 on
+NVIDIA GPUs from Ampere on. On the CPU the switch changes nothing. It is
+read when a function is traced, so a jitted function keeps the precision it
+was traced with.
+
+Example::
+
+    from jax_impl.backends import cudnn
+
+    with cudnn.flags(allow_tf32=True):
+        ...  # convolutions traced here may use TF32 on a GPU
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = ["allow_tf32", "flags"]
+
+allow_tf32: bool = False
+"""Whether float32 convolutions off the CPU may round their operands to TF32 (torch's default: ``True``)."""
+
+
+@contextlib.contextmanager
+def flags(allow_tf32: bool = False) -> Iterator[None]:
+    """Set :data:`allow_tf32` inside a ``with`` block (``torch.backends.cudnn.flags``'s ``allow_tf32``)."""
+    module = globals()  # the parameter has torch's name, so the module attribute is reached through globals()
+    previous = module["allow_tf32"]
+    module["allow_tf32"] = bool(allow_tf32)
+    try:
+        yield
+    finally:
+        module["allow_tf32"] = previous
