@@ -147,9 +147,11 @@ def _fmt(x: float) -> str:
 
 def render(results: dict[str, Any]) -> str:
     m = results["machine"]
+    # Rows from two runs on the same kind of machine: the SyncBatchNorm rows keep their own date.
+    when = m["date"] + (f" (SyncBatchNorm rows: {m['date_sync_bn']})" if "date_sync_bn" in m else "")
     lines = [
         "## CUDA checks (torch's SyncBatchNorm, DDP over NCCL)", "",
-        f"Run {m['date']} on {m['gpus']} x {m['gpu']}: torch {m['torch']} (CUDA {m['cuda']}), jax {m['jax']}, "
+        f"Run {when} on {m['gpus']} x {m['gpu']}: torch {m['torch']} (CUDA {m['cuda']}), jax {m['jax']}, "
         f"Python {m['python']}; TF32 off. These need a GPU, so CI does not run them; the same checks are "
         "tests/parallel/test_ddp.py's `*_cuda` / `*_nccl_*` tests, skipped without CUDA. Divergence: per "
         "tensor max |a - b| / max |b|, the max over tensors; bars (issue #9): float32 1e-4 params / 1e-5 "

@@ -243,6 +243,14 @@ def _mib(value: Any) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _peak(row: dict[str, Any], mode: str, *, jax: bool) -> float | None:
+    """A run's peak memory in MiB; JAX's inference peak is XLA's account (the process peak is training's)."""
+    if jax and mode == "infer":
+        xla = row[mode].get("xla_memory_analysis") or {}
+        return sum(xla.get(k, 0) for k in ("argument_size", "output_size", "temp_size")) if xla else None
+    return row[mode].get("peak_mib")
+
+
 def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
     m = _machine(data)
     lines = ["## Throughput at training sizes on a GPU", "",
@@ -257,8 +265,19 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
              "`torch.backends.cuda.matmul.allow_tf32`, jax_impl's `jax_impl.backends.cudnn` / `.cuda` switches); "
              "`bf16` is autocast on both sides (JAX: `train_step(..., autocast=jnp.bfloat16)`). Ratio: JAX "
              "images/s over torch's (above 1, JAX is faster). Peak: torch's `max_memory_allocated` over the "
-             "timed steps; JAX's `peak_bytes_in_use` since its process started (compiling included), in MiB.", ""]
+             "timed steps; JAX training: the device's `peak_bytes_in_use` since its process started (compiling "
+             "included); JAX inference (compiled in the same process after training): XLA's account of the "
+             "compiled forward (arguments + outputs + temporaries); in MiB.", ""]
     runs = data.get("runs", [])
+    if len(data.get("calls", [])) > 1:
+        first: dict[str, tuple[str, str]] = {}
+        for row in runs:
+            if not row.get("env"):
+                seen = (row.get("measured", "")[:16], row.get("commit", ""))
+                first[row["precision"]] = min(first.get(row["precision"], ("~", "")), seen)
+        lines += [f"Measured in {len(data['calls'])} runs on the same kind of machine, each row's torch and JAX in "
+                  "the same run: " + ", ".join(f"{p} rows {d}" + (f" (code at {c})" if c else "")
+                                               for p, (d, c) in sorted(first.items())) + ".", ""]
 
     def find(framework: str, case: str, precision: str, env: bool = False) -> dict[str, Any] | None:
         for row in runs:
@@ -287,7 +306,7 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
                 cells = [rate(eager), rate(compiled), rate(ours)]
                 lines.append(f"| {precision} | {mode} | " + " | ".join("-" if c is None else f"{c:.0f}" for c in cells)
                              + f" | {ratio(cells[2], cells[0])} | {ratio(cells[2], cells[1])} | "
-                             + " | ".join(_mib(row[mode].get("peak_mib")) if row else "-"
+                             + " | ".join(_mib(_peak(row, mode, jax=row is ours)) if row else "-"
                                           for row in (eager, compiled, ours)) + " |")
         lines.append("")
     memory = []
@@ -360,9 +379,9 @@ def _section_gpu_train_step(results_dir: Path) -> list[str]:
                   "(torch `max_memory_allocated`, JAX the device's `peak_bytes_in_use`, every allocation since the "
                   "process started), and XLA's scratch space for the compiled step (`memory_analysis()`). Where "
                   "JAX's peak is far above its arguments plus that scratch space (224x224: 2.4 GB against ~0.2 "
-                  "GB), the peak was reached outside the step's execution; compiling (XLA's convolution "
-                  "autotuning runs candidate algorithms with their workspaces) is the likely cause, not measured "
-                  "apart.", "",
+                  "GB), the peak was reached outside the step's execution, while compiling: XLA's convolution "
+                  "autotuning runs candidate algorithms with their workspaces (the throughput section above "
+                  "measures the peak with autotuning off).", "",
                   "| case | batch | torch peak | JAX peak | XLA temp |", "|---|---|---|---|---|"]
         for name, rows in memory.items():
             for batch, row in rows.items():

@@ -6,14 +6,14 @@ in bf16, or rounding before the bias is added, differs from torch in over a
 quarter of the outputs; the single rounding agrees bit for bit except where
 the float32 sums' order moves a value across a bf16 rounding boundary.
 
-The backward products have the same form: torch's autograd gives the bf16
-output a bf16 gradient and runs the gradient GEMMs and convolutions on bf16
-operands with float32 sums, one rounding. On the CPU the gradients here are
-JAX's transposes of the float32-summing forward: float32 products of the
-bf16 values (exact), float32 sums, one rounding to the operand's dtype.
-Elsewhere (GPUs) that transpose would run float32 products, without tensor
-cores; :func:`bf16_backward` runs the transposes on bf16 operands instead
-(the same exact products and one rounding, the sums in the library's order).
+On a GPU torch runs these products on bf16 operands with float32 sums:
+cuBLAS adds a GEMM's bias before its one rounding, cuDNN rounds a
+convolution to bf16 and the bias is added after it, and autograd gives the
+bf16 output a bf16 gradient, so the gradient products take bf16 operands
+too. :func:`bf16_product` keeps the CPU's form on the CPU and takes the
+GPU's off it: there the float32-summing transposes would be float32
+products without tensor cores, and XLA runs a bf16-in, float32-out
+convolution as a float32 one (bf16 ResNet inference ran at float32 speed).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from jax import lax
 
 from jax_impl.nn import _precision
 
-__all__ = ["bf16_backward", "bias_rounded", "linear", "matmul", "one_rounding"]
+__all__ = ["bf16_product", "bias_rounded", "linear", "matmul", "one_rounding"]
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -36,28 +36,37 @@ def one_rounding(x, weight) -> bool:
     return x.dtype == jnp.bfloat16 and weight.dtype == jnp.bfloat16
 
 
-def bf16_backward(float32_sums: Callable, bf16_result: Callable) -> Callable:
-    """A bf16 product ``(a, b) -> float32 sums`` whose gradient products take bf16 operands off the CPU.
+def bf16_product(float32_sums: Callable, bf16_result: Callable, *, rounded_off_cpu: bool = False) -> Callable:
+    """A product of bf16 ``a`` and ``b`` returning float32: torch's CPU form on the CPU, its GPU form elsewhere.
 
     Args:
-      float32_sums: ``(a, b) -> y``, bf16 ``a`` and ``b``, float32 ``y``
-        (``preferred_element_type=float32``): the forward.
-      bf16_result: the same product rounded to bf16 by the library
-        (no ``preferred_element_type``): its transposes are the gradient
-        products on bf16 operands.
+      float32_sums: ``(a, b) -> y``, float32 ``y`` (``preferred_element_type=float32``): the sums torch's
+        CPU kernels round once, after the bias.
+      bf16_result: the same product rounded to bf16 by the library (no
+        ``preferred_element_type``), as cuDNN / cuBLAS return it.
+      rounded_off_cpu: off the CPU, return ``bf16_result`` (as float32) instead of the float32 sums:
+        torch's GPU convolution, whose bias joins the bf16-rounded product.
 
-    The cotangent of ``y`` reaching here is a bf16 cotangent converted to
-    float32 (``y`` is rounded to bf16 right after the bias), so casting it
-    back to bf16 is exact. On the CPU the backward is the transpose of
-    ``float32_sums``, as plain autodiff gives it, so CPU runs are unchanged.
+    On the CPU the result is ``float32_sums`` and its gradient the transpose
+    plain autodiff gives (float32 products of the bf16 values, exact, and
+    float32 sums). Elsewhere the gradient runs ``bf16_result``'s transposes
+    on bf16 operands. The cotangent reaching here is a bf16 cotangent
+    converted to float32 (the caller rounds ``y`` to bf16), so casting it
+    back is exact.
     """
+
+    def forward_value(a, b):
+        if not rounded_off_cpu:
+            return float32_sums(a, b)
+        return lax.platform_dependent(
+            a, b, cpu=float32_sums, default=lambda a, b: bf16_result(a, b).astype(jnp.float32))
 
     @jax.custom_vjp
     def product(a, b):
-        return float32_sums(a, b)
+        return forward_value(a, b)
 
     def forward(a, b):
-        return float32_sums(a, b), (a, b)
+        return forward_value(a, b), (a, b)
 
     def backward(saved, g):
         a, b = saved
@@ -82,7 +91,7 @@ def bias_rounded(y, bias, nd: int, dtype):
 def matmul(a, b):
     """``torch.matmul`` at float32 precision "highest"; bf16 operands sum in float32 and round once."""
     if one_rounding(a, b):
-        product = bf16_backward(lambda p, q: jnp.matmul(p, q, precision=_HIGHEST, preferred_element_type=jnp.float32),
+        product = bf16_product(lambda p, q: jnp.matmul(p, q, precision=_HIGHEST, preferred_element_type=jnp.float32),
                                 lambda p, q: jnp.matmul(p, q, precision=_HIGHEST))
         return product(a, b).astype(a.dtype)
     return jnp.matmul(a, b, precision=_precision.matmul(jnp.result_type(a, b)))
@@ -91,7 +100,7 @@ def matmul(a, b):
 def linear(x, weight, bias):
     """``x @ weight.T + bias``; in bf16 the bias joins the float32 sum before the one rounding."""
     if one_rounding(x, weight):
-        product = bf16_backward(lambda p, q: jnp.matmul(p, q.T, precision=_HIGHEST, preferred_element_type=jnp.float32),
+        product = bf16_product(lambda p, q: jnp.matmul(p, q.T, precision=_HIGHEST, preferred_element_type=jnp.float32),
                                 lambda p, q: jnp.matmul(p, q.T, precision=_HIGHEST))
         y = product(x, weight)
         return (y if bias is None else y + bias.astype(jnp.float32)).astype(x.dtype)

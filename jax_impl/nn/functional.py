@@ -138,7 +138,8 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
         conv = functools.partial(
             lax.conv_general_dilated, window_strides=stride, padding=pads, rhs_dilation=dilation,
             dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST)
-        y = _gemm.bf16_backward(functools.partial(conv, preferred_element_type=jnp.float32), conv)(x, weight)
+        y = _gemm.bf16_product(functools.partial(conv, preferred_element_type=jnp.float32), conv,
+                                rounded_off_cpu=True)(x, weight)
         y = _gemm.bias_rounded(y, bias, nd, x.dtype)
     elif nd == 2 and groups == 1 and x.dtype == weight.dtype:
         # XLA:CPU-aware lowering (jax_impl/nn/_fast_conv.py): same sums, routed around XLA's slow cases.
@@ -207,7 +208,8 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
         rhs_dilation=dilation, dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups,
         precision=_precision.conv(jnp.result_type(x, w)))
     if _gemm.one_rounding(x, w):
-        y = _gemm.bf16_backward(functools.partial(conv, preferred_element_type=jnp.float32), conv)(x, w)
+        y = _gemm.bf16_product(functools.partial(conv, preferred_element_type=jnp.float32), conv,
+                                rounded_off_cpu=True)(x, w)
         y = _gemm.bias_rounded(y, bias, nd, x.dtype)
     else:
         y = _add_bias(conv(x, w), bias, nd)

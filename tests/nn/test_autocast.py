@@ -169,16 +169,20 @@ def _product_operand_types(platform: str) -> list[str]:
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(x, w, b, v).lower(
         lowering_platforms=(platform,)).as_text()
-    return [line.split(":")[-1].split("->")[0].strip() for line in text.splitlines()
+    return [line.split(":")[-1].strip() for line in text.splitlines()
             if "stablehlo.convolution" in line or "stablehlo.dot_general" in line]
 
 
-def test_bf16_gradient_products_take_bf16_operands_off_the_cpu():
-    # torch's autograd runs a bf16 layer's gradient GEMMs and convolutions on bf16 operands. On the CPU
-    # jax_impl keeps the float32 transposes checked above (torch's CPU values); elsewhere the gradient
-    # products take bf16 operands too (GPU tensor cores: ResNet-50's bf16 train step on an H200 ran at
-    # float32 speed without this). Lowered for CUDA here, which needs no GPU.
+def test_bf16_products_take_torchs_gpu_form_off_the_cpu():
+    # On the CPU: torch's CPU kernels' form, checked against torch above (bf16 operands, float32 sums rounded
+    # once after the bias; the gradient products are float32 transposes of the bf16 values). Off the CPU:
+    # torch's GPU form. Gradient GEMMs and convolutions take bf16 operands (tensor cores), and a convolution
+    # returns bf16 (cuDNN's rounding; the bias is added after it), while a GEMM keeps its float32 output for
+    # the bias (cuBLAS's epilogue). Lowered for CUDA here, which needs no GPU.
     cuda, cpu = _product_operand_types("cuda"), _product_operand_types("cpu")
     assert len(cuda) == len(cpu) == 6  # conv and linear: forward, input gradient, weight gradient
-    assert all(ops.count("bf16") == 2 for ops in cuda), cuda
-    assert sum(ops.count("bf16") == 2 for ops in cpu) == 2, cpu  # the forwards; the gradients are float32
+    operands = lambda ops: ops.split("->")[0]  # noqa: E731
+    assert all(operands(ops).count("bf16") == 2 for ops in cuda), cuda
+    assert [ops.split("->")[1].count("bf16") for ops in cuda[:2]] == [1, 0], cuda  # conv forward bf16, linear f32
+    assert sum(operands(ops).count("bf16") == 2 for ops in cpu) == 2, cpu  # the forwards; the gradients are f32
+    assert all("bf16" not in ops.split("->")[1] for ops in cpu[:2]), cpu
