@@ -77,6 +77,17 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _commit() -> str:
+    """The repository's commit (short), or ``""`` outside a git checkout."""
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                          text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _key(run: dict[str, Any]) -> tuple[str, ...]:
+    return run["framework"], run["case"], run["precision"], json.dumps(run.get("env") or {}, sort_keys=True)
+
+
 def _data(case: dict[str, Any]):
     import numpy as np
 
@@ -250,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=600.0, help="start no new process after this many seconds")
     parser.add_argument("--timeout-s", type=float, default=240.0, help="one process's limit")
     parser.add_argument("--smoke", action="store_true", help="tiny batches on any device: check the script")
+    parser.add_argument("--merge", type=Path, help="start from this earlier result: its runs stay unless run again "
+                        "(another run on the same kind of machine, listed in the JSON's calls)")
     parser.add_argument("--runs", help="run only these, in this order: comma-separated FRAMEWORK:CASE:PRECISION, "
                         "with :autotune0 for XLA's autotuning off (default: the whole plan)")
     parser.add_argument("--probe", nargs=3, metavar=("FRAMEWORK", "CASE", "PRECISION"), help=argparse.SUPPRESS)
@@ -261,14 +274,23 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     results: dict[str, Any] = {"machine": machine_info(), "smoke": args.smoke, "cases": {n: CASES[n] for n in names},
-                               "runs": [], "skipped": []}
+                               "runs": [], "skipped": [], "calls": []}
+    if args.merge:
+        earlier = json.loads(args.merge.read_text())
+        results.update(machine=earlier["machine"], cases={**earlier["cases"], **results["cases"]},
+                       runs=earlier["runs"], calls=earlier.get("calls") or [earlier["machine"].get("date", "")])
+    results["calls"].append(_now())
+    commit = _commit()
     plan = _plan(names, args.frameworks.split(","))
     if args.runs:
         plan = []
         for item in args.runs.split(","):
-            framework, name, precision, *extra = item.split(":")
-            if name not in CASES or precision not in PRECISIONS or framework not in ("jax", "torch", "torch_compile"):
-                parser.error(f"--runs: bad item {item!r}")
+            parts = item.split(":")
+            framework, name, precision, extra = *(parts + ["", "", ""])[:3], parts[3:]
+            if (len(parts) < 3 or name not in CASES or precision not in PRECISIONS or framework not in ("jax", "torch", "torch_compile")
+                    or extra not in ([], ["autotune0"])):
+                parser.error(f"--runs: bad item {item!r}: FRAMEWORK:CASE:PRECISION[:autotune0], FRAMEWORK one of "
+                             f"jax, torch, torch_compile, CASE one of {list(CASES)}, PRECISION one of {PRECISIONS}")
             plan.append((framework, name, precision, {"XLA_FLAGS": AUTOTUNE_OFF} if extra == ["autotune0"] else {}))
     start = time.perf_counter()
     for framework, name, precision, env in plan:
@@ -290,9 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             results["skipped"].append(dict(label, reason="failed: " + proc.stderr.strip()[-1500:]))
             print(f"{framework:14s} {name:20s} {precision:8s} FAILED\n{proc.stderr[-1500:]}", flush=True)
             continue
-        row = dict(label, seconds=time.perf_counter() - began, measured=_now(),
+        row = dict(label, seconds=time.perf_counter() - began, measured=_now(), commit=commit,
                    **json.loads(lines[-1][len("RESULT "):]))
-        results["runs"].append(row)
+        results["runs"] = [r for r in results["runs"] if _key(r) != _key(row)] + [row]
         print(f"{framework:14s} {name:20s} {precision:8s} {' '.join(env.values()):30s} train "
               f"{row['train']['images_per_s']:9.0f} img/s peak {row['train'].get('peak_mib') or 0:7.0f} MiB | infer "
               f"{row['infer']['images_per_s']:9.0f} img/s ({row['seconds']:.0f} s)", flush=True)

@@ -50,10 +50,9 @@ torch): torch's model and batch live on the GPU and each timed call ends
 with ``torch.cuda.synchronize()``; JAX uses its default (GPU) device. TF32
 is off unless ``--tf32`` (torch: ``torch.backends.cuda.matmul.allow_tf32``
 and ``torch.backends.cudnn.allow_tf32``, both set explicitly since cuDNN's
-default is on; JAX: ``jax_default_matmul_precision``). Parity runs need it
-off; report both. jax_impl's conv and linear layers ask for
-``Precision.HIGHEST`` themselves, so on the JAX side ``--tf32`` reaches only
-ops that leave the precision to the default. Memory on a GPU is each
+default is on; JAX: ``jax_default_matmul_precision`` and jax_impl's
+switches of the same names, ``jax_impl.backends.cuda`` and
+``jax_impl.backends.cudnn``). Parity runs need it off; report both. Memory on a GPU is each
 framework's own peak (``torch.cuda.max_memory_allocated``, the JAX device's
 ``memory_stats()['peak_bytes_in_use']``) instead of RSS.
 
@@ -100,7 +99,10 @@ def _set_tf32(on: bool, frameworks: tuple[str, ...] = ("jax", "torch")) -> None:
     if "jax" in frameworks:
         import jax
 
-        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if on else "highest")
+        from jax_impl.backends import cuda, cudnn
+
+        jax.config.update("jax_default_matmul_precision", None if on else "highest")  # None: XLA's TF32 default
+        cuda.matmul.allow_tf32 = cudnn.allow_tf32 = on
     if "torch" in frameworks:
         import torch
 

@@ -127,14 +127,27 @@ def run_checks(workers: int, checks: tuple[str, ...] = ("sync_bn", "nccl")) -> d
         nccl = [pool.submit(_guarded, _nccl_case, d, r) for d, r in runnable]
         skipped = [f"DDP over NCCL with {r} ranks ({d}): {gpus} GPU(s)" for d, r in NCCL
                    if (d, r) not in runnable and "nccl" in checks]
-        if gpus < 2:
-            skipped += ["DDP over NCCL with 2 ranks and pmap over 2 GPUs: ran with 1 rank on 1 GPU",
-                        "SyncBatchNorm over NCCL: its 2 ranks share one GPU over gloo, JAX's replicas are vmapped"]
+        if gpus < 2 and "nccl" in checks:
+            skipped.append("DDP over NCCL with 2 ranks and pmap over 2 GPUs: ran with 1 rank on 1 GPU")
+        if gpus < 2 and "sync_bn" in checks:
+            skipped.append("SyncBatchNorm over NCCL: its 2 ranks share one GPU over gloo, JAX's replicas are vmapped")
         results = {"machine": info, "sync_bn": [f.result() for f in sync], "nccl": [f.result() for f in nccl],
                    "skipped": skipped}
     for line in skipped:
         print(f"skipped: {line}", flush=True)
     return results
+
+
+def merge(earlier: dict[str, Any], new: dict[str, Any], checks: tuple[str, ...]) -> dict[str, Any]:
+    """``new`` with ``earlier``'s rows of the checks ``new`` did not run; their date is kept as ``date_<check>``."""
+    merged = dict(new, machine=dict(new["machine"]), skipped=list(new["skipped"]))
+    for check in ("sync_bn", "nccl"):
+        if check not in checks:
+            merged[check] = earlier[check]
+            merged["machine"][f"date_{check}"] = earlier["machine"].get(f"date_{check}", earlier["machine"]["date"])
+            merged["skipped"] += [line for line in earlier.get("skipped", [])
+                                  if ("SyncBatchNorm" in line) == (check == "sync_bn") and line not in merged["skipped"]]
+    return merged
 
 
 def _modes(results: dict[str, Any]) -> str:
@@ -148,7 +161,8 @@ def _fmt(x: float) -> str:
 def render(results: dict[str, Any]) -> str:
     m = results["machine"]
     # Rows from two runs on the same kind of machine: the SyncBatchNorm rows keep their own date.
-    when = m["date"] + (f" (SyncBatchNorm rows: {m['date_sync_bn']})" if "date_sync_bn" in m else "")
+    when = m["date"] + "".join(f" ({name} rows: {m['date_' + check]})" for check, name in
+                               (("sync_bn", "SyncBatchNorm"), ("nccl", "NCCL")) if "date_" + check in m)
     lines = [
         "## CUDA checks (torch's SyncBatchNorm, DDP over NCCL)", "",
         f"Run {when} on {m['gpus']} x {m['gpu']}: torch {m['torch']} (CUDA {m['cuda']}), jax {m['jax']}, "
@@ -205,11 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "parity.md")
     parser.add_argument("--workers", type=int, default=4, help="checks run at once (each in its own processes)")
     parser.add_argument("--checks", default="sync_bn,nccl", help="comma-separated: sync_bn, nccl")
+    parser.add_argument("--merge", type=Path, help="with --json: keep this earlier result's rows of the checks not run "
+                        "(with their date)")
     args = parser.parse_args(argv)
     if not args.json and not args.render:
         parser.error("give --json (run) or --render (write the section)")
     if args.json:
-        results = run_checks(args.workers, tuple(args.checks.split(",")))
+        checks = tuple(args.checks.split(","))
+        if not checks or set(checks) - {"sync_bn", "nccl"}:
+            parser.error(f"--checks: comma-separated sync_bn, nccl; got {args.checks!r}")
+        results = run_checks(args.workers, checks)
+        if args.merge:
+            results = merge(json.loads(args.merge.read_text()), results, checks)
         args.json.write_text(json.dumps(results, indent=1, default=float) + "\n")
         print(render(results))
     if args.render:

@@ -360,8 +360,9 @@ def _section_gpu_train_step(results_dir: Path) -> list[str]:
              f"{m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}) eager, each call ending with "
              f"`torch.cuda.synchronize()`; jax {m.get('jax', '?')}, one jitted step, `block_until_ready`. The same "
              "cases and pairing as above. TF32 off is the parity setting (both sides full float32: torch's "
-             "`allow_tf32` flags off, JAX `highest`); TF32 on is the speed setting (jax_impl's conv and linear "
-             "layers ask for `HIGHEST` themselves, so it changes only torch). No bar is set for GPUs.", "",
+             "`allow_tf32` flags off, JAX `highest`); TF32 on is the speed setting, which in these runs changed "
+             "only torch (jax_impl's layers had no TF32 switch then; the throughput section above compares TF32 "
+             "on both sides). No bar is set for GPUs.", "",
              "| run | TF32 | case | train torch ms | train JAX ms | train ratio | infer torch ms | infer JAX ms | "
              "infer ratio |", "|---|---|---|---|---|---|---|---|---|"]
     for data in runs:
@@ -381,7 +382,7 @@ def _section_gpu_train_step(results_dir: Path) -> list[str]:
                   "JAX's peak is far above its arguments plus that scratch space (224x224: 2.4 GB against ~0.2 "
                   "GB), the peak was reached outside the step's execution, while compiling: XLA's convolution "
                   "autotuning runs candidate algorithms with their workspaces (the throughput section above "
-                  "measures the peak with autotuning off).", "",
+                  "measures ResNet-18's CIFAR step with autotuning off).", "",
                   "| case | batch | torch peak | JAX peak | XLA temp |", "|---|---|---|---|---|"]
         for name, rows in memory.items():
             for batch, row in rows.items():

@@ -5,10 +5,11 @@ cuBLAS round float32 GEMM operands to TF32 (10-bit mantissa) on tensor
 cores. jax_impl's ``linear``, ``matmul`` and attention products ask XLA for
 ``Precision.HIGHEST`` (full float32, the parity setting) unless
 :data:`matmul.allow_tf32 <Matmul.allow_tf32>` is ``True``; then a float32
-product off the CPU gets XLA's default precision, which is TF32 on NVIDIA
-GPUs from Ampere on. On the CPU the switch changes nothing. It is read when
-a function is traced, so a jitted function keeps the precision it was traced
-with.
+product gets XLA's default precision, which is TF32 on NVIDIA GPUs from
+Ampere on, unless ``jax_default_matmul_precision`` is set (``parity`` sets
+it to ``"highest"`` for its runs). It acts where jax's default backend is a
+GPU and changes nothing on the CPU. It is read when a function is traced, so
+a jitted function keeps the precision it was traced with.
 
 Example::
 
@@ -26,7 +27,7 @@ class Matmul:
     """``torch.backends.cuda.matmul``: the TF32 switch of float32 GEMMs."""
 
     allow_tf32: bool = False
-    """Whether float32 GEMMs off the CPU may round their operands to TF32 (torch's default: ``False``)."""
+    """Whether float32 GEMMs on a GPU may round their operands to TF32 (torch's default: ``False``)."""
 
 
 matmul = Matmul()

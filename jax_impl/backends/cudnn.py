@@ -6,10 +6,12 @@ operands to TF32 (10-bit mantissa) on tensor cores; torch's default is
 ``Precision.HIGHEST`` (full float32), the setting its parity checks against
 torch run with (``parity`` turns torch's switch off). Set
 :data:`allow_tf32` to ``True`` for torch's default speed on a GPU: a
-float32 convolution off the CPU then gets XLA's default precision, TF32 on
-NVIDIA GPUs from Ampere on. On the CPU the switch changes nothing. It is
-read when a function is traced, so a jitted function keeps the precision it
-was traced with.
+float32 convolution then gets XLA's default precision, TF32 on
+NVIDIA GPUs from Ampere on, unless ``jax_default_matmul_precision`` is set
+(``parity`` sets it to ``"highest"`` for its runs). It acts where jax's
+default backend is a GPU and changes nothing on the CPU. It is read when a
+function is traced, so a jitted function keeps the precision it was traced
+with.
 
 Example::
 
@@ -27,12 +29,13 @@ from collections.abc import Iterator
 __all__ = ["allow_tf32", "flags"]
 
 allow_tf32: bool = False
-"""Whether float32 convolutions off the CPU may round their operands to TF32 (torch's default: ``True``)."""
+"""Whether float32 convolutions on a GPU may round their operands to TF32 (torch's default: ``True``)."""
 
 
 @contextlib.contextmanager
-def flags(allow_tf32: bool = False) -> Iterator[None]:
-    """Set :data:`allow_tf32` inside a ``with`` block (``torch.backends.cudnn.flags``'s ``allow_tf32``)."""
+def flags(allow_tf32: bool = True) -> Iterator[None]:
+    """Set :data:`allow_tf32` inside a ``with`` block (``torch.backends.cudnn.flags``'s ``allow_tf32``, whose
+    default, ``True``, this keeps)."""
     module = globals()  # the parameter has torch's name, so the module attribute is reached through globals()
     previous = module["allow_tf32"]
     module["allow_tf32"] = bool(allow_tf32)

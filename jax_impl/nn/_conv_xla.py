@@ -2,7 +2,7 @@
 
 - :func:`plain`: ``lax.conv_general_dilated`` exactly as
   ``jax_impl.nn.functional`` writes every other conv (NCHW / OIHW, highest
-  precision);
+  precision unless TF32 is allowed on a GPU: :mod:`~jax_impl.nn._precision`);
 - :func:`bilinear_jvp`, :func:`transpose_of`, :func:`conv_with_grads`: a
   conv's ``custom_jvp`` built from the linear maps its gradients should run;
 - :data:`YNN_CONVS`: whether this process's XLA hands convolutions to

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jax_impl.nn import _precision
+from jax_impl.nn._conv_xla import bilinear_jvp
 
 __all__ = ["bf16_product", "bias_rounded", "linear", "matmul", "one_rounding"]
 
@@ -39,6 +40,15 @@ def one_rounding(x, weight) -> bool:
 def bf16_product(float32_sums: Callable, bf16_result: Callable, *, rounded_off_cpu: bool = False) -> Callable:
     """A product of bf16 ``a`` and ``b`` returning float32: torch's CPU form on the CPU, its GPU form elsewhere.
 
+    On the CPU the result is ``float32_sums`` and its derivatives those plain
+    autodiff gives (float32 products of the bf16 values, exact, and float32
+    sums). Elsewhere the derivatives are ``bf16_result`` applied to the
+    tangents, so reverse mode runs its transposes on bf16 operands (the
+    cotangent reaching the product is a bf16 cotangent converted to float32,
+    since the caller rounds the result to bf16, so converting it back is
+    exact). A ``custom_jvp`` rather than a ``custom_vjp``, so forward mode
+    keeps working.
+
     Args:
       float32_sums: ``(a, b) -> y``, float32 ``y`` (``preferred_element_type=float32``): the sums torch's
         CPU kernels round once, after the bias.
@@ -47,36 +57,27 @@ def bf16_product(float32_sums: Callable, bf16_result: Callable, *, rounded_off_c
       rounded_off_cpu: off the CPU, return ``bf16_result`` (as float32) instead of the float32 sums:
         torch's GPU convolution, whose bias joins the bf16-rounded product.
 
-    On the CPU the result is ``float32_sums`` and its gradient the transpose
-    plain autodiff gives (float32 products of the bf16 values, exact, and
-    float32 sums). Elsewhere the gradient runs ``bf16_result``'s transposes
-    on bf16 operands. The cotangent reaching here is a bf16 cotangent
-    converted to float32 (the caller rounds ``y`` to bf16), so casting it
-    back is exact.
+    Returns:
+      ``product(a, b) -> float32 array``.
     """
 
-    def forward_value(a, b):
-        if not rounded_off_cpu:
-            return float32_sums(a, b)
-        return lax.platform_dependent(
-            a, b, cpu=float32_sums, default=lambda a, b: bf16_result(a, b).astype(jnp.float32))
+    def rounded(p, q):
+        return bf16_result(p, q).astype(jnp.float32)
 
-    @jax.custom_vjp
+    def on_platform(p, q):  # as a tangent map: linear in whichever of p, q is the tangent
+        return lax.platform_dependent(p, q, cpu=float32_sums, default=rounded)
+
+    value = on_platform if rounded_off_cpu else float32_sums
+
+    @jax.custom_jvp
     def product(a, b):
-        return forward_value(a, b)
+        return value(a, b)
 
-    def forward(a, b):
-        return forward_value(a, b), (a, b)
+    def jvp(primals, tangents):
+        (a, b), (da, db) = primals, tangents
+        return bilinear_jvp(value(a, b), da, db, lambda t: on_platform(t, b), lambda t: on_platform(a, t))
 
-    def backward(saved, g):
-        a, b = saved
-        return lax.platform_dependent(
-            g,
-            cpu=lambda g: jax.vjp(float32_sums, a, b)[1](g),
-            default=lambda g: jax.vjp(bf16_result, a, b)[1](g.astype(jnp.bfloat16)),
-        )
-
-    product.defvjp(forward, backward)
+    product.defjvp(jvp, symbolic_zeros=True)
     return product
 
 

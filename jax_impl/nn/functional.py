@@ -9,7 +9,6 @@ unbatched ``(C, *S)``, as in torch.
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Sequence
 
 import jax.numpy as jnp
