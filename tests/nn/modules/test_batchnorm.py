@@ -49,9 +49,10 @@ def bn_config(draw):
     return nd, c, (n, c, *spatial), kw, draw(st.integers(0, 2**16))
 
 
-def _rel(a, b) -> float:
+def _rel(a, b, scale: float = 0.0) -> float:
+    """``max |a - b|`` over ``max(max |b|, scale)``."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), scale, 1e-300))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -70,11 +71,18 @@ def test_batchnorm_four_modes_match_torch(dtype, cfg):
                 t_mod.weight.copy_(torch.tensor(w))
                 t_mod.bias.copy_(torch.tensor(b))
             j_mod.weight[...], j_mod.bias[...] = jnp.asarray(w), jnp.asarray(b)
+        batch_means = []
         for step in range(10):
             x = (rng.standard_normal(shape) * rng.uniform(0.5, 3) + rng.uniform(-2, 2)).astype(dtype)
+            batch_means.append(np.abs(x.mean(axis=tuple(a for a in range(x.ndim) if a != 1))).max())
             assert_within(compare_module(t_mod, j_mod, x, seed + step), dtype)
         if kw["track_running_stats"]:
-            assert _rel(j_mod.running_mean[...], t_mod.running_mean.numpy()) <= STAT_TOL[dtype]
+            # The running mean averages the batch means; its rounding scales with them, not with the average,
+            # which can cancel to near zero. Measured (momentum=None, 10 batches of 5 values, batch means up
+            # to 2.2 averaging to 0.041): torch's float32 running mean 2.5e-8 from the float64 one, ours 3.5e-8,
+            # 1.4e-6 of the average but 3e-8 of the largest batch mean.
+            scale = max(batch_means)
+            assert _rel(j_mod.running_mean[...], t_mod.running_mean.numpy(), scale) <= STAT_TOL[dtype]
             assert _rel(j_mod.running_var[...], t_mod.running_var.numpy()) <= STAT_TOL[dtype]
             assert int(j_mod.num_batches_tracked[...]) == int(t_mod.num_batches_tracked) == 10
         else:
