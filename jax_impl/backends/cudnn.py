@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from jax_impl.backends import switches
+
 __all__ = ["allow_tf32", "flags"]
 
 allow_tf32: bool = False
@@ -36,10 +38,5 @@ allow_tf32: bool = False
 def flags(allow_tf32: bool = True) -> Iterator[None]:
     """Set :data:`allow_tf32` inside a ``with`` block (``torch.backends.cudnn.flags``'s ``allow_tf32``, whose
     default, ``True``, this keeps)."""
-    module = globals()  # the parameter has torch's name, so the module attribute is reached through globals()
-    previous = module["allow_tf32"]
-    module["allow_tf32"] = bool(allow_tf32)
-    try:
+    with switches.set_within(globals(), "allow_tf32", bool(allow_tf32)):
         yield
-    finally:
-        module["allow_tf32"] = previous

@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from jax_impl.backends import switches
+
 __all__ = ["enabled", "flags", "is_available", "is_enabled"]
 
 enabled: bool = True
@@ -51,10 +53,5 @@ def flags(enabled: bool = False, deterministic: bool = False) -> Iterator[None]:
     calls are always deterministic (fixed batch chunks, one thread each,
     partial weight gradients added in chunk order).
     """
-    module = globals()  # the parameter has torch's name, so the module attribute is reached through globals()
-    previous = module["enabled"]
-    module["enabled"] = bool(enabled)
-    try:
+    with switches.set_within(globals(), "enabled", bool(enabled)):
         yield
-    finally:
-        module["enabled"] = previous
