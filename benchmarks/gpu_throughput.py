@@ -6,7 +6,9 @@ Cases (random data, CrossEntropyLoss, SGD lr=0.01 momentum=0.9, the model in
 train mode for ``train`` and eval mode for ``infer``):
 
 - ``resnet18_cifar_b512``: ResNet-18 (10 classes) on 3x32x32, batch 512;
-- ``resnet50_b128_224``: ResNet-50 (1000 classes) on 3x224x224, batch 128.
+- ``resnet50_b128_224``: ResNet-50 (1000 classes) on 3x224x224, batch 128;
+- ``vit_tiny_b256_224``: ViT-Ti/16 (``torch_ref.models.vit_tiny``: 12 pre-norm
+  ``nn.TransformerEncoderLayer``\ s of width 192) on 3x224x224, batch 256.
 
 Precisions: ``float32`` (TF32 off on both sides: the parity setting),
 ``tf32`` (torch's ``torch.backends.cuda.matmul.allow_tf32`` and
@@ -64,6 +66,7 @@ DEFAULT_JSON = Path(__file__).parent / "results" / "gpu_throughput.json"
 CASES: dict[str, dict[str, Any]] = {
     "resnet18_cifar_b512": dict(model="resnet18", batch=512, image=32, classes=10),
     "resnet50_b128_224": dict(model="resnet50", batch=128, image=224, classes=1000),
+    "vit_tiny_b256_224": dict(model="vit_tiny", batch=256, image=224, classes=1000),
 }
 SMOKE = dict(batch=2, image=32)
 PRECISIONS = ("float32", "tf32", "bf16")
@@ -75,6 +78,11 @@ AUTOTUNE_OFF = "--xla_gpu_autotune_level=0"
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _size(case: dict[str, Any]) -> dict[str, int]:
+    """The image size a model is built for: a ViT's position embeddings depend on it, a ResNet's do not."""
+    return {"image_size": case["image"]} if case["model"].startswith("vit") else {}
 
 
 def _commit() -> str:
@@ -119,7 +127,7 @@ def probe_torch(case: dict[str, Any], precision: str, *, compiled: bool, blocks:
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.manual_seed(0)
-    model = getattr(models, case["model"])(num_classes=case["classes"]).to(device)
+    model = getattr(models, case["model"])(num_classes=case["classes"], **_size(case)).to(device)
     run = torch.compile(model) if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -173,7 +181,7 @@ def probe_jax(case: dict[str, Any], precision: str, *, blocks: int, steps: int) 
 
     cuda.matmul.allow_tf32 = cudnn.allow_tf32 = precision == "tf32"  # read while the steps are traced, below
     autocast = jnp.bfloat16 if precision == "bf16" else None
-    model = getattr(models, case["model"])(num_classes=case["classes"], rngs=nnx.Rngs(0))
+    model = getattr(models, case["model"])(num_classes=case["classes"], rngs=nnx.Rngs(0), **_size(case))
     tx = optim.sgd(lr=LR, momentum=MOMENTUM)
     graphdef, state = init_train_state(model, tx)
     step = train_step(graphdef, nn.CrossEntropyLoss(), tx, donate=True, autocast=autocast)

@@ -1,4 +1,4 @@
-"""Reference models built from ``torch.nn``: LeNet and torchvision's ResNet-18/34/50.
+"""Reference models built from ``torch.nn``: LeNet, torchvision's ResNet-18/34/50 and a ViT (ViT-Ti/16).
 
 The ResNets follow ``torchvision/models/resnet.py`` (torchvision 0.2x) line
 for line: module names (``conv1``, ``bn1``, ``layer1.0.conv1``,
@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from jax_impl.models.geometry import lenet_geometry  # one geometry for both sides, without jax
 
-__all__ = ["BasicBlock", "Bottleneck", "LeNet", "ResNet", "lenet_geometry", "resnet18", "resnet34", "resnet50"]
+__all__ = ["BasicBlock", "Bottleneck", "LeNet", "ResNet", "VisionTransformer", "lenet_geometry", "resnet18", "resnet34",
+           "resnet50", "vit_tiny"]
 
 
 class LeNet(nn.Module):
@@ -196,3 +197,52 @@ def resnet34(num_classes: int = 1000, **kwargs) -> ResNet:
 def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
     """torchvision ``resnet50(weights=None)``: Bottleneck, [3, 4, 6, 3]."""
     return ResNet(Bottleneck, [3, 4, 6, 3], num_classes=num_classes, **kwargs)
+
+
+class VisionTransformer(nn.Module):
+    """A ViT on ``torch.nn``'s own transformer: patches by a strided conv, a class token, learned position
+    embeddings, a pre-norm ``nn.TransformerEncoder`` (GELU, LayerNorm eps 1e-6), a final LayerNorm and a
+    linear head on the class token.
+
+    torchvision's ``VisionTransformer`` with its ``EncoderBlock`` replaced by
+    ``nn.TransformerEncoderLayer(norm_first=True, batch_first=True)``, the
+    same computation: ``x + attn(ln1(x))`` then ``x + mlp(ln2(x))``. Its
+    keys are ``conv_proj``, ``class_token``, ``pos_embedding``,
+    ``encoder.layers.{i}.self_attn`` / ``linear1`` / ``linear2`` /
+    ``norm1`` / ``norm2``, ``ln`` and ``head``. The encoder's layers start
+    as copies of one layer, as ``nn.TransformerEncoder`` makes them.
+
+    Args:
+      image_size: input height = width, a multiple of ``patch_size``.
+      patch_size: the side of a square patch.
+      num_layers, num_heads, hidden_dim, mlp_dim: the encoder's depth, heads, width and feed-forward width.
+      num_classes: outputs of the head.
+      dropout: dropout in the encoder layers (attention, residual branches, feed-forward).
+    """
+
+    def __init__(self, image_size: int = 224, patch_size: int = 16, num_layers: int = 12, num_heads: int = 3,
+                 hidden_dim: int = 192, mlp_dim: int = 768, num_classes: int = 1000, dropout: float = 0.0) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
+        self.conv_proj = nn.Conv2d(3, hidden_dim, patch_size, stride=patch_size)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, hidden_dim))
+        seq = (image_size // patch_size) ** 2 + 1
+        self.pos_embedding = nn.Parameter(torch.empty(1, seq, hidden_dim).normal_(std=0.02))
+        layer = nn.TransformerEncoderLayer(hidden_dim, num_heads, mlp_dim, dropout, activation="gelu",
+                                           layer_norm_eps=1e-6, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.head = nn.Linear(hidden_dim, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = x.shape[0]
+        x = self.conv_proj(x).flatten(2).transpose(1, 2)  # (N, patches, hidden)
+        x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1) + self.pos_embedding
+        return self.head(self.ln(self.encoder(x))[:, 0])
+
+
+def vit_tiny(num_classes: int = 1000, image_size: int = 224, **kwargs) -> VisionTransformer:
+    """ViT-Ti/16 (DeiT-tiny's shape): patch 16, 12 layers, 3 heads, width 192, feed-forward 768."""
+    return VisionTransformer(image_size=image_size, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192,
+                             mlp_dim=768, num_classes=num_classes, **kwargs)
