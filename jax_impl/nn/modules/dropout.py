@@ -17,6 +17,7 @@ in eval mode, or with ``p == 0``, the input passes through; ``p == 1`` gives
 
 from __future__ import annotations
 
+import numpy as np
 from flax import nnx
 
 from jax_impl.nn import functional as F
@@ -37,11 +38,22 @@ class _DropoutNd(Module):
         self.inplace = inplace
         self.rngs = rngs
 
-    def __call__(self, input):
+    def __call__(self, input, *, mask_order: tuple[int, ...] | None = None):
+        """Dropout of ``input``.
+
+        ``mask_order`` (not in torch) draws the mask for ``input.transpose(mask_order)``
+        and returns the result in ``input``'s layout: torch fills a mask in
+        its tensor's memory order, so a dropout applied to a transposed view
+        in torch (the attention output of a batch-first transformer layer)
+        draws its numbers in the transposed order.
+        """
         # A key is taken only when a mask is drawn, so eval calls leave the 'dropout' stream alone.
         draws = self.training and 0 < self.p < 1
         rng = self.rngs.dropout() if draws and self.rngs is not None else None
-        return type(self)._fn(input, self.p, self.training, self.inplace, rng=rng)
+        if mask_order is None:
+            return type(self)._fn(input, self.p, self.training, self.inplace, rng=rng)
+        out = type(self)._fn(input.transpose(mask_order), self.p, self.training, self.inplace, rng=rng)
+        return out.transpose(tuple(int(i) for i in np.argsort(mask_order)))
 
 
 class Dropout(_DropoutNd):

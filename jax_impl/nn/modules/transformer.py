@@ -61,7 +61,7 @@ class _FeedForwardLayer(Module):
         if attn.batch_first and out.ndim == 3:
             # torch's batch-first attention output is a (L, N, E) tensor transposed to (N, L, E); dropout's
             # mask (empty_like, strides preserved) is drawn in that memory order, so draw it as (L, N, E).
-            return out_dropout(out.transpose(1, 0, 2)).transpose(1, 0, 2)
+            return out_dropout(out, mask_order=(1, 0, 2))
         return out_dropout(out)
 
 

@@ -75,3 +75,18 @@ def test_bad_probability_raises_like_torch(p):
     with pytest.raises(ValueError) as ours:
         F.dropout(np.ones(3), p)
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("order", [(1, 0, 2), (2, 0, 1)])
+def test_mask_order_draws_a_transposed_views_mask(order):
+    # torch fills a mask in its tensor's memory order (bernoulli_ on empty_like, strides kept): dropout of a
+    # transposed view draws its numbers in the view's base order. mask_order gives the same mask here.
+    base = np.random.default_rng(0).standard_normal((5, 4, 3)).astype(np.float32)
+    view = torch.from_numpy(base).permute(*np.argsort(order))  # logical layout; memory order is `base`'s
+    torch.manual_seed(3)
+    want = torch.nn.Dropout(0.4)(view).numpy()
+    from jax_impl.random import manual_seed
+
+    manual_seed(3)
+    got = nn.Dropout(0.4)(jnp.asarray(view.numpy()), mask_order=tuple(order))
+    np.testing.assert_array_equal(np.asarray(got), want)
