@@ -243,11 +243,17 @@ def _mib(value: Any) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _xla_total(analysis: dict[str, float] | None) -> float | None:
+    """XLA's account of a compiled step in MiB: arguments + outputs + temporaries (``None`` without one)."""
+    if not analysis:
+        return None
+    return sum(analysis.get(k, 0) for k in ("argument_size", "output_size", "temp_size"))
+
+
 def _peak(row: dict[str, Any], mode: str, *, jax: bool) -> float | None:
     """A run's peak memory in MiB; JAX's inference peak is XLA's account (the process peak is training's)."""
     if jax and mode == "infer":
-        xla = row[mode].get("xla_memory_analysis") or {}
-        return sum(xla.get(k, 0) for k in ("argument_size", "output_size", "temp_size")) if xla else None
+        return _xla_total(row[mode].get("xla_memory_analysis"))
     return row[mode].get("peak_mib")
 
 
@@ -320,7 +326,7 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
             memory.append(f"| {case} | {'level 0' if env else 'default'} | "
                           f"{_mib(train.get('memory_after_compile', {}).get('peak_bytes_in_use'))} | "
                           f"{_mib(train.get('memory_after_steps', {}).get('peak_bytes_in_use'))} | "
-                          f"{_mib(sum(xla.get(k, 0) for k in ('argument_size', 'output_size', 'temp_size')))} | "
+                          f"{_mib(_xla_total(xla))} | "
                           f"{_mib(xla.get('temp_size'))} | {train['images_per_s']:.0f} | {train['compile_s']:.0f} |")
     if memory:
         lines += ["Where JAX's peak comes from (float32 training): the device's peak right after compiling the step "

@@ -64,7 +64,6 @@ from jax_impl.nn._functional_attention import (  # noqa: F401
     scaled_dot_product_attention,
 )
 
-_HIGHEST = lax.Precision.HIGHEST
 _DIMENSION_NUMBERS = {
     1: ("NCH", "OIH", "NCH"),
     2: ("NCHW", "OIHW", "NCHW"),
@@ -133,10 +132,11 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
             f"Given groups={groups}, weight of size {tuple(weight.shape)}, expected input"
             f"{tuple(x.shape)} to have {weight.shape[1] * groups} channels, but got {x.shape[1]} channels instead"
         )
+    conv = functools.partial(
+        lax.conv_general_dilated, window_strides=stride, padding=pads, rhs_dilation=dilation,
+        dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups,
+        precision=_precision.conv(jnp.result_type(x, weight)))
     if _gemm.one_rounding(x, weight):
-        conv = functools.partial(
-            lax.conv_general_dilated, window_strides=stride, padding=pads, rhs_dilation=dilation,
-            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups, precision=_HIGHEST)
         y = _gemm.bf16_product(functools.partial(conv, preferred_element_type=jnp.float32), conv,
                                 rounded_off_cpu=True)(x, weight)
         y = _gemm.bias_rounded(y, bias, nd, x.dtype)
@@ -144,11 +144,7 @@ def _conv(nd, input, weight, bias, stride, padding, dilation, groups):
         # XLA:CPU-aware lowering (jax_impl/nn/_fast_conv.py): same sums, routed around XLA's slow cases.
         y = _add_bias(conv2d_core(x, weight, stride, pads, dilation), bias, nd)
     else:
-        y = lax.conv_general_dilated(
-            x, weight, window_strides=stride, padding=pads, rhs_dilation=dilation,
-            dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups,
-            precision=_precision.conv(jnp.result_type(x, weight)),
-        )
+        y = conv(x, weight)
         y = _add_bias(y, bias, nd)
     return y[0] if unbatched else y
 
