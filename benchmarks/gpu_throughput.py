@@ -8,7 +8,7 @@ train mode for ``train`` and eval mode for ``infer``):
 - ``resnet18_cifar_b512``: ResNet-18 (10 classes) on 3x32x32, batch 512;
 - ``resnet50_b128_224``: ResNet-50 (1000 classes) on 3x224x224, batch 128;
 - ``vit_tiny_b256_224``: ViT-Ti/16 (``torch_ref.models.vit_tiny``: 12 pre-norm
-  ``nn.TransformerEncoderLayer``\ s of width 192) on 3x224x224, batch 256.
+  ``nn.TransformerEncoderLayer`` layers of width 192) on 3x224x224, batch 256.
 
 Precisions: ``float32`` (TF32 off on both sides: the parity setting),
 ``tf32`` (torch's ``torch.backends.cuda.matmul.allow_tf32`` and
@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         earlier = json.loads(args.merge.read_text())
         results.update(machine=earlier["machine"], cases={**earlier["cases"], **results["cases"]},
-                       runs=earlier["runs"], calls=earlier.get("calls") or [earlier["machine"].get("date", "")])
+                       runs=earlier["runs"], skipped=earlier.get("skipped", []),
+                       calls=earlier.get("calls") or [earlier["machine"].get("date", "")])
     results["calls"].append(_now())
     commit = _commit()
     plan = _plan(names, args.frameworks.split(","))
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for framework, name, precision, env in plan:
         label = {"framework": framework, "case": name, "precision": precision, "env": env}
+        # A rerun replaces an earlier call's note of this run: it either measures it or says again why not.
+        results["skipped"] = [s for s in results["skipped"] if _key(s) != _key(label)]
         if time.perf_counter() - start > args.budget_s:
             results["skipped"].append(dict(label, reason="budget"))
             continue
