@@ -27,7 +27,10 @@ micro-batches (``(loss / k).backward()`` on each, one ``step()`` after them).
 The step is one ``jax.jit`` over the model split into parameters and the rest
 (BatchNorm running statistics, counters, RNG state), so nothing re-walks the
 module graph per call; the batch is an argument (a batch closed over would be
-a constant baked into the compiled step). The update is the optimizer's
+a constant baked into the compiled step). Dropout masks with torch's numbers
+are drawn on the host before each call and passed in
+(:func:`jax_impl.random.host_draws.jit_with_host_draws`), so the compiled
+step holds no host callback. The update is the optimizer's
 exact ``tx.step``: torch's in-place ``param.add_(...)`` reproduced, where
 ``tx.update`` + ``optax.apply_updates`` would round ``new - old``. The model
 runs in train mode (BatchNorm batch statistics and buffer updates, dropout
@@ -45,6 +48,7 @@ from flax import nnx
 
 from jax_impl import amp
 from jax_impl.nn.utils import clip_grad_norm_
+from jax_impl.random.host_draws import jit_with_host_draws
 
 __all__ = ["TrainState", "accumulating_train_step", "eval_step", "init_train_state", "loss_and_grads",
            "merge_model", "train_step"]
@@ -135,7 +139,7 @@ def train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *, do
         loss, grads, buffers = loss_and_grads(graphdef, loss_fn, state, x, y, autocast=autocast)
         return _optimizer_step(tx, grads, state, buffers, clip_grad_norm, norm_type), loss
 
-    return jax.jit(step, donate_argnums=(0,) if donate else ())
+    return jit_with_host_draws(step, donate_argnums=(0,) if donate else (), key_argnums=(1, 2))
 
 
 def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, accumulate: int, *,
@@ -181,7 +185,8 @@ def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], t
     def update(state: TrainState, grads: Any) -> TrainState:
         return _optimizer_step(tx, grads, state, state.buffers, clip_grad_norm, norm_type)
 
-    first_jit, add_jit = jax.jit(first), jax.jit(add, donate_argnums=(1,))
+    first_jit = jit_with_host_draws(first, key_argnums=(1, 2))
+    add_jit = jit_with_host_draws(add, donate_argnums=(1,), key_argnums=(2, 3))
     update_jit = jax.jit(update, donate_argnums=(0,) if donate else ())
 
     def step(state: TrainState, micro_batches: Any) -> tuple[TrainState, list[Any]]:

@@ -23,6 +23,14 @@ libc.mallinfo2.restype = Info
 block = libc.malloc(64 << 20)
 print(libc.mallinfo2().hblkhd >= 64 << 20)  # served by its own mmap (returned to the kernel on free)
 libc.free(block)
+import threading
+def on_a_thread():  # a thread's own arena serves no block above 64 MiB from its heap
+    block = libc.malloc(80 << 20)
+    print(libc.mallinfo2().hblkhd >= 80 << 20)
+    libc.free(block)
+thread = threading.Thread(target=on_a_thread)
+thread.start()
+thread.join()
 """
 
 
@@ -35,11 +43,12 @@ def _run(**env_changes: str) -> list[str]:
     return out.stdout.split()
 
 
-def test_a_large_block_comes_from_the_heap():
-    assert _run() == ["True", "False"]
+def test_a_large_block_comes_from_the_heap_on_any_thread():
+    assert _run() == ["True", "False", "False"]
 
 
 def test_opt_out_and_users_own_settings_keep_glibcs_defaults():
-    assert _run(JAX_IMPL_MALLOC_TUNING="0") == ["False", "True"]
+    assert _run(JAX_IMPL_MALLOC_TUNING="0") == ["False", "True", "True"]
     assert _run(MALLOC_MMAP_THRESHOLD_="131072")[0] == "False"
     assert _run(GLIBC_TUNABLES="glibc.malloc.trim_threshold=1")[0] == "False"
+    assert _run(MALLOC_ARENA_MAX="4")[0] == "False"

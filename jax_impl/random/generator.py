@@ -17,7 +17,9 @@ handed to ``torch.Generator.set_state(torch.from_numpy(...))`` and back.
 Draws happen on the host. A jitted function draws through
 :meth:`Generator.staged_bernoulli`, an ordered host callback; the host's own
 draws wait for the dispatched ones, so the order of draws is the program's,
-as in torch.
+as in torch. :func:`jax_impl.random.host_draws.jit_with_host_draws` (what
+``jax_impl.train``'s steps use) makes a jitted function's draws on the host
+before each call instead, and passes them in.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from jax_impl.random import _torch_rng as _rng
+from jax_impl.random import host_draws
 
 DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val
 _UINT64 = 2**64
@@ -328,7 +331,9 @@ class Generator:
         when the callback executes. Host draws from this generator made
         afterwards wait for it (see :func:`_after_staged_draws`), so the
         stream is consumed in torch's order whether or not the caller blocks
-        on the result. Outside a trace the callback runs as one dispatched
+        on the result. Inside a function compiled by
+        :func:`jax_impl.random.host_draws.jit_with_host_draws` the draw is
+        instead an argument, drawn on the host before each call. Outside a trace the callback runs as one dispatched
         computation, with the same effect. Transformations that refuse
         ordered effects (``jax.checkpoint``, ``pmap``) refuse it.
 
@@ -343,6 +348,9 @@ class Generator:
         """
         p = _check_probability(p)
         shape = _shape(size)
+        fed = host_draws.intercept(self, shape, p)
+        if fed is not None:  # traced by jit_with_host_draws: drawn on the host before each call
+            return fed
         count = math.prod(shape)
         engine = self._engine
         self._staged_by = os.getpid()

@@ -1,0 +1,118 @@
+"""A jitted function whose torch-stream draws are made on the host before each call and passed in.
+
+Inside ``jax.jit`` a dropout mask with torch's numbers is an ordered host
+callback (:meth:`jax_impl.random.Generator.staged_bernoulli`): the compiled
+function stops at each dropout layer, calls back into Python, and waits for
+the draw. Ordered effects also take every call off jax's C++ dispatch path
+(a token threads through the calls). A training step draws the same masks
+at every call (each dropout layer's shape and probability, in program
+order), so :func:`jit_with_host_draws` finds that list once per shape of
+the batch, by tracing the function abstractly, and then at each call draws
+the masks on the host, in that order, and hands them to a compiled
+function that holds no callback.
+
+The stream is torch's either way: the masks are the same draws in the same
+order from the same generators, and a host draw made between two calls (a
+DataLoader's seed at an epoch's start) comes between them, as in torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["intercept", "jit_with_host_draws"]
+
+_STATE = threading.local()  # .mode: None, ("record", list) or ("feed", iterator of (spec, array))
+
+
+@contextlib.contextmanager
+def _mode(mode: tuple[str, Any]) -> Iterator[None]:
+    outer = getattr(_STATE, "mode", None)
+    _STATE.mode = mode
+    try:
+        yield
+    finally:
+        _STATE.mode = outer
+
+
+def intercept(generator: Any, shape: tuple[int, ...], p: float) -> Any | None:
+    """The array a staged ``bernoulli`` draw of ``generator`` becomes while a function is being traced by
+    :func:`jit_with_host_draws` (``None`` outside one: the draw stays a host callback).
+
+    Recording (the abstract trace that finds the draws) notes ``(generator,
+    shape, p)`` and returns a placeholder; feeding (the compiled function's
+    trace) returns the next argument, which must be that draw.
+    """
+    mode = getattr(_STATE, "mode", None)
+    if mode is None:
+        return None
+    import jax.numpy as jnp
+
+    kind, store = mode
+    if kind == "record":
+        store.append((generator, shape, p))
+        return jnp.zeros(shape, jnp.bool_)
+    try:
+        (expected, array) = next(store)
+    except StopIteration:
+        expected, array = None, None
+    if expected is None or expected[0] is not generator or expected[1:] != (shape, p):
+        raise RuntimeError(f"a traced bernoulli draw of shape {shape} with p={p} is not the one recorded for this "
+                           f"call ({expected and expected[1:]}): the function's draws depend on more than the "
+                           "shapes of its arguments")
+    return array
+
+
+def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
+    import jax
+
+    leaves, tree = jax.tree.flatten(args)
+    return tree, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", type(a)))) for a in leaves)
+
+
+def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int] = (),
+                        key_argnums: Sequence[int] = ()) -> Callable[..., Any]:
+    """``jax.jit(fn, donate_argnums=...)`` with the torch-stream draws of ``fn`` made on the host.
+
+    Args:
+      fn: a traceable function whose draws (``jax_impl.nn`` dropout with
+        torch's masks) depend only on the shapes of the arguments at
+        ``key_argnums`` (a train step's batch), not on their values.
+      donate_argnums: as ``jax.jit``'s.
+      key_argnums: the arguments whose shapes and dtypes decide which draws
+        a call makes; the list is found by one abstract trace per new shape.
+
+    Returns:
+      ``call(*args)``: draws ``fn``'s masks from their generators, in
+      program order, then runs the compiled ``fn`` on them. A function
+      without draws runs as plain ``jax.jit`` would.
+    """
+    import jax
+
+    def fed(plan: tuple[Any, ...], draws: tuple[Any, ...], *args: Any) -> Any:
+        with _mode(("feed", iter(zip(plan, draws)))):
+            return fn(*args)
+
+    plain = jax.jit(fn, donate_argnums=tuple(donate_argnums))
+    entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
+
+    def call(*args: Any) -> Any:
+        key = _signature([args[i] for i in key_argnums])
+        entry = entries.get(key)
+        if entry is None:
+            recorded: list[tuple[Any, tuple[int, ...], float]] = []
+            with _mode(("record", recorded)):
+                jax.eval_shape(fn, *args)
+            plan = tuple(recorded)
+            entry = entries[key] = (plan, plain if not plan else jax.jit(
+                functools.partial(fed, plan), donate_argnums=tuple(i + 1 for i in donate_argnums)))
+        plan, run = entry
+        if not plan:
+            return run(*args)
+        return run(tuple(generator.bernoulli(shape, p) for generator, shape, p in plan), *args)
+
+    return call
