@@ -22,8 +22,8 @@ allocations, so the lock they share costs nothing measurable.
 The cost is memory: up to the thresholds, memory freed stays with the
 process rather than going back to the kernel. ``JAX_IMPL_MALLOC_TUNING=0``
 keeps glibc's defaults, and a process that set malloc's thresholds itself
-(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
-``glibc.malloc`` tunables) keeps its own. Other C libraries are left alone.
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
+``MALLOC_ARENA_MAX`` or their ``glibc.malloc`` tunables) keeps its own. Other C libraries are left alone.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ __all__ = ["THRESHOLD", "tune_malloc"]
 THRESHOLD = 1 << 30
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # malloc.h
 _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")
+# The same settings as tunables; others (glibc.malloc.hugetlb, which parity bench sets) leave ours alone.
+_USER_TUNABLES = tuple(f"glibc.malloc.{name}" for name in ("mmap_threshold", "trim_threshold", "top_pad", "arena_max"))
 
 
 def tune_malloc() -> bool:
@@ -47,7 +49,8 @@ def tune_malloc() -> bool:
     """
     if os.environ.get("JAX_IMPL_MALLOC_TUNING", "1") == "0" or platform.libc_ver()[0] != "glibc":
         return False
-    if any(name in os.environ for name in _USER_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(name in os.environ for name in _USER_SETTINGS) or any(name in tunables for name in _USER_TUNABLES):
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

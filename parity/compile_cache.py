@@ -8,8 +8,9 @@ entry on the program, its compile options, jaxlib and the device, so a changed
 config, model or library compiles afresh. Only compiles that took at least
 half a second are kept: the many small eager operations are cheaper to
 compile than to read back. A compiled step that calls back into Python
-(dropout drawing torch's masks, a learning-rate schedule evaluated per step)
-is not cached by JAX; it compiles every run.
+(a learning-rate schedule evaluated per step, dropout in a data-parallel
+step) is not cached by JAX; it compiles every run. A single-device step's
+dropout masks are arguments drawn on the host, so it is cached.
 """
 
 from __future__ import annotations

@@ -52,3 +52,8 @@ def test_opt_out_and_users_own_settings_keep_glibcs_defaults():
     assert _run(MALLOC_MMAP_THRESHOLD_="131072")[0] == "False"
     assert _run(GLIBC_TUNABLES="glibc.malloc.trim_threshold=1")[0] == "False"
     assert _run(MALLOC_ARENA_MAX="4")[0] == "False"
+
+
+def test_huge_pages_keep_the_tuning():
+    """``parity bench`` runs its processes with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``: not a threshold."""
+    assert _run(GLIBC_TUNABLES="glibc.malloc.hugetlb=1") == ["True", "False", "False"]

@@ -84,7 +84,9 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
         ``key_argnums`` (a train step's batch), not on their values.
       donate_argnums: as ``jax.jit``'s.
       key_argnums: the arguments whose shapes and dtypes decide which draws
-        a call makes; the list is found by one abstract trace per new shape.
+        a call makes; the list is found by tracing the function once per
+        new shape (the trace a plain ``jax.jit`` makes, reused when there
+        is no draw).
 
     Returns:
       ``call(*args)``: draws ``fn``'s masks from their generators, in
@@ -97,7 +99,12 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
         with _mode(("feed", iter(zip(plan, draws)))):
             return fn(*args)
 
-    plain = jax.jit(fn, donate_argnums=tuple(donate_argnums))
+    def traced(*args: Any) -> Any:
+        return fn(*args)
+
+    # A private function: the recording trace below is jit's own first trace of `plain` (kept when no draw
+    # was found), so no jit of `fn` elsewhere can be served a trace whose masks are placeholders.
+    plain = jax.jit(traced, donate_argnums=tuple(donate_argnums))
     entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
 
     def call(*args: Any) -> Any:
@@ -106,7 +113,7 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
         if entry is None:
             recorded: list[tuple[Any, tuple[int, ...], float]] = []
             with _mode(("record", recorded)):
-                jax.eval_shape(fn, *args)
+                plain.trace(*args)
             plan = tuple(recorded)
             entry = entries[key] = (plan, plain if not plan else jax.jit(
                 functools.partial(fed, plan), donate_argnums=tuple(i + 1 for i in donate_argnums)))
