@@ -91,7 +91,9 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
     Returns:
       ``call(*args)``: draws ``fn``'s masks from their generators, in
       program order, then runs the compiled ``fn`` on them. A function
-      without draws runs as plain ``jax.jit`` would.
+      without draws runs as plain ``jax.jit`` would. ``call.lower(*args)``
+      lowers it as ``jax.jit(...).lower`` does (e.g. for
+      ``.compile().memory_analysis()``), drawing nothing.
     """
     import jax
 
@@ -107,19 +109,33 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
     plain = jax.jit(traced, donate_argnums=tuple(donate_argnums))
     entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
 
-    def call(*args: Any) -> Any:
+    def entry(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], Callable[..., Any]]:
         key = _signature([args[i] for i in key_argnums])
-        entry = entries.get(key)
-        if entry is None:
+        found = entries.get(key)
+        if found is None:
             recorded: list[tuple[Any, tuple[int, ...], float]] = []
             with _mode(("record", recorded)):
                 plain.trace(*args)
             plan = tuple(recorded)
-            entry = entries[key] = (plan, plain if not plan else jax.jit(
+            found = entries[key] = (plan, plain if not plan else jax.jit(
                 functools.partial(fed, plan), donate_argnums=tuple(i + 1 for i in donate_argnums)))
-        plan, run = entry
+        return found
+
+    def call(*args: Any) -> Any:
+        plan, run = entry(args)
         if not plan:
             return run(*args)
         return run(tuple(generator.bernoulli(shape, p) for generator, shape, p in plan), *args)
 
+    def lower(*args: Any) -> Any:
+        """``jax.jit(...).lower`` of the compiled function for these arguments (its masks as abstract
+        arguments: nothing is drawn)."""
+        import jax.numpy as jnp
+
+        plan, run = entry(args)
+        if not plan:
+            return run.lower(*args)
+        return run.lower(tuple(jax.ShapeDtypeStruct(shape, jnp.bool_) for _, shape, _ in plan), *args)
+
+    call.lower = lower  # type: ignore[attr-defined]
     return call

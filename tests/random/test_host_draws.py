@@ -79,3 +79,15 @@ def test_draws_that_depend_on_more_than_the_key_raise():
     f(jnp.ones(3), jnp.ones(2))
     with pytest.raises(RuntimeError, match="not the one recorded"):
         f(jnp.ones(4), jnp.ones(2))
+
+
+def test_lower_draws_nothing_and_compiles_the_masked_step():
+    """``step.lower(...)`` (jax.jit's AOT entry, used for memory analysis) takes the masks as abstract
+    arguments: the generator does not move, and the lowered program holds no host callback."""
+    manual_seed(5)
+    before = default_generator.get_state()
+    f = jit_with_host_draws(lambda x: JF.dropout(x, 0.5) * 2, key_argnums=(0,))
+    lowered = f.lower(jnp.ones((4, 3)))
+    assert "callback" not in lowered.as_text()
+    assert lowered.compile().memory_analysis() is not None
+    np.testing.assert_array_equal(default_generator.get_state(), before)
