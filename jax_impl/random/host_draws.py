@@ -67,10 +67,13 @@ def intercept(generator: Any, shape: tuple[int, ...], p: float) -> Any | None:
     return array
 
 
-def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
+def _signature(args: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The tree and the shapes and dtypes of ``args``; ``None`` if one is a tracer (a trace around the call)."""
     import jax
 
     leaves, tree = jax.tree.flatten(args)
+    if any(isinstance(a, jax.core.Tracer) for a in leaves):
+        return None
     return tree, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", type(a)))) for a in leaves)
 
 
@@ -93,24 +96,39 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
       program order, then runs the compiled ``fn`` on them. A function
       without draws runs as plain ``jax.jit`` would. ``call.lower(*args)``
       lowers it as ``jax.jit(...).lower`` does (e.g. for
-      ``.compile().memory_analysis()``), drawing nothing.
+      ``.compile().memory_analysis()``), drawing nothing. Called inside
+      another trace (``jax.jit`` or ``jax.vmap`` around it), the draws stay
+      ordered host callbacks of that trace, as under a plain ``jax.jit``.
     """
     import jax
 
     def fed(plan: tuple[Any, ...], draws: tuple[Any, ...], *args: Any) -> Any:
-        with _mode(("feed", iter(zip(plan, draws)))):
-            return fn(*args)
+        remaining = iter(zip(plan, draws))
+        with _mode(("feed", remaining)):
+            out = fn(*args)
+        if next(remaining, None) is not None:  # drawn on the host but never used: torch's stream would differ
+            raise RuntimeError("the function made fewer traced bernoulli draws than recorded for this call: its "
+                               "draws depend on more than the shapes of its arguments")
+        return out
 
     def traced(*args: Any) -> Any:
         return fn(*args)
 
-    # A private function: the recording trace below is jit's own first trace of `plain` (kept when no draw
-    # was found), so no jit of `fn` elsewhere can be served a trace whose masks are placeholders.
+    def staged(*args: Any) -> Any:
+        return fn(*args)
+
+    # Private functions: the recording trace below is jit's own first trace of `plain` (kept when no draw
+    # was found), so no jit of `fn` elsewhere, nor `inside` below, can be served a trace whose masks are
+    # placeholders.
     plain = jax.jit(traced, donate_argnums=tuple(donate_argnums))
+    # Called inside another trace (a jit or vmap around the step), the masks stay ordered callbacks there.
+    inside = jax.jit(staged, donate_argnums=tuple(donate_argnums))
     entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
 
     def entry(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], Callable[..., Any]]:
         key = _signature([args[i] for i in key_argnums])
+        if key is None:
+            return (), inside
         found = entries.get(key)
         if found is None:
             recorded: list[tuple[Any, tuple[int, ...], float]] = []

@@ -97,3 +97,23 @@ def test_lower_draws_nothing_and_compiles_the_masked_step():
     assert "callback" not in lowered.as_text()
     assert lowered.compile().memory_analysis() is not None
     np.testing.assert_array_equal(default_generator.get_state(), before)
+
+
+def test_fewer_draws_than_recorded_raise():
+    """A draw the host made but the compiled function would not use would move the stream past torch's."""
+    f = jit_with_host_draws(lambda n, x: JF.dropout(x, 0.5) if n.shape[0] == 3 else x, key_argnums=(1,))
+    f(jnp.ones(3), jnp.ones(2))
+    with pytest.raises(RuntimeError, match="fewer traced bernoulli draws"):
+        f(jnp.ones(4), jnp.ones(2))
+
+
+def test_inside_another_jit_the_draws_stay_callbacks_of_that_program():
+    """A step called inside an outer ``jax.jit`` draws when the outer program runs, call after call."""
+    torch.manual_seed(6)
+    manual_seed(6)
+    step = jit_with_host_draws(lambda v: JF.dropout(v, 0.5), key_argnums=(0,))
+    outer = jax.jit(lambda v: step(v) * 3)
+    x = np.ones((2, 5), np.float32)
+    for _ in range(2):
+        want = torch.nn.functional.dropout(torch.from_numpy(x), 0.5).numpy() * 3
+        np.testing.assert_array_equal(np.asarray(outer(jnp.asarray(x))), want)
