@@ -23,7 +23,8 @@ The cost is memory: up to the thresholds, memory freed stays with the
 process rather than going back to the kernel. ``JAX_IMPL_MALLOC_TUNING=0``
 keeps glibc's defaults, and a process that set malloc's thresholds itself
 (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
-``MALLOC_ARENA_MAX`` or their ``glibc.malloc`` tunables) keeps its own. Other C libraries are left alone.
+``MALLOC_ARENA_MAX`` or their ``glibc.malloc`` tunables) keeps its own.
+Other C libraries are left alone.
 """
 
 from __future__ import annotations

@@ -333,8 +333,9 @@ class Generator:
         stream is consumed in torch's order whether or not the caller blocks
         on the result. Inside a function compiled by
         :func:`jax_impl.random.host_draws.jit_with_host_draws` the draw is
-        instead an argument, drawn on the host before each call. Outside a trace the callback runs as one dispatched
-        computation, with the same effect. Transformations that refuse
+        instead an argument, drawn on the host before each call. Outside a
+        trace the callback runs as one dispatched computation, with the same
+        effect. Transformations that refuse
         ordered effects (``jax.checkpoint``, ``pmap``) refuse it.
 
         Args:
