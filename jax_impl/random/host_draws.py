@@ -7,9 +7,9 @@ the draw. Ordered effects also take every call off jax's C++ dispatch path
 (a token threads through the calls). A training step draws the same masks
 at every call (each dropout layer's shape and probability, in program
 order), so :func:`jit_with_host_draws` finds that list once per shape of
-the batch, by tracing the function abstractly, and then at each call draws
-the masks on the host, in that order, and hands them to a compiled
-function that holds no callback.
+the batch, in the trace jit makes of the function anyway, and then at each
+call draws the masks on the host, in that order, and hands them to a
+compiled function that holds no callback.
 
 The stream is torch's either way: the masks are the same draws in the same
 order from the same generators, and a host draw made between two calls (a
