@@ -19,7 +19,6 @@ DataLoader's seed at an epoch's start) comes between them, as in torch.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -102,14 +101,23 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
     """
     import jax
 
-    def fed(plan: tuple[Any, ...], draws: tuple[Any, ...], *args: Any) -> Any:
-        remaining = iter(zip(plan, draws))
-        with _mode(("feed", remaining)):
-            out = fn(*args)
-        if next(remaining, None) is not None:  # drawn on the host but never used: torch's stream would differ
-            raise RuntimeError("the function made fewer traced bernoulli draws than recorded for this call: its "
-                               "draws depend on more than the shapes of its arguments")
-        return out
+    def named(function: Callable[..., Any]) -> Callable[..., Any]:
+        # jit names its computations (and JAX's persistent-cache entries) after the function it is given.
+        function.__name__ = getattr(fn, "__name__", function.__name__)
+        function.__qualname__ = getattr(fn, "__qualname__", function.__qualname__)
+        return function
+
+    def fed_by(plan: tuple[Any, ...]) -> Callable[..., Any]:
+        def fed(draws: tuple[Any, ...], *args: Any) -> Any:
+            remaining = iter(zip(plan, draws))
+            with _mode(("feed", remaining)):
+                out = fn(*args)
+            if next(remaining, None) is not None:  # drawn on the host, never used: torch's stream would differ
+                raise RuntimeError("the function made fewer traced bernoulli draws than recorded for this call: "
+                                   "its draws depend on more than the shapes of its arguments")
+            return out
+
+        return named(fed)
 
     def traced(*args: Any) -> Any:
         return fn(*args)
@@ -120,9 +128,9 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
     # Private functions: the recording trace below is jit's own first trace of `plain` (kept when no draw
     # was found), so no jit of `fn` elsewhere, nor `inside` below, can be served a trace whose masks are
     # placeholders.
-    plain = jax.jit(traced, donate_argnums=tuple(donate_argnums))
+    plain = jax.jit(named(traced), donate_argnums=tuple(donate_argnums))
     # Called inside another trace (a jit or vmap around the step), the masks stay ordered callbacks there.
-    inside = jax.jit(staged, donate_argnums=tuple(donate_argnums))
+    inside = jax.jit(named(staged), donate_argnums=tuple(donate_argnums))
     entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
 
     def entry(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], Callable[..., Any]]:
@@ -136,7 +144,7 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
                 plain.trace(*args)
             plan = tuple(recorded)
             found = entries[key] = (plan, plain if not plan else jax.jit(
-                functools.partial(fed, plan), donate_argnums=tuple(i + 1 for i in donate_argnums)))
+                fed_by(plan), donate_argnums=tuple(i + 1 for i in donate_argnums)))
         return found
 
     def call(*args: Any) -> Any:
