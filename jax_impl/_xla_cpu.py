@@ -10,15 +10,8 @@ Their gradients are as accurate as Eigen's: a ResNet-18 step that differed
 from torch by 9% with them was a ReLU mask flipping at a value closer to
 zero than float32 rounding (see tests/models/test_models.py).
 
-Copy insertion with region analysis
-(``--xla_cpu_copy_insertion_use_region_analysis=true``, :data:`COPY_FLAG`)
-is on too: without it XLA:CPU copies a donated parameter that the backward
-pass still reads before its update overwrites it (the MNIST example's
-128x9216 fc1 weight, 4.7 MB, every step); the finer analysis orders the
-reads before the update instead. Copies move bits, so results are the same.
-
 XLA reads ``XLA_FLAGS`` once, when the CPU backend starts, and aborts on
-unknown flags: a flag is added only if the installed jaxlib knows it
+unknown flags: the flag is added only if the installed jaxlib knows it
 (its name is in jaxlib's shared library), only if the user has not set it
 themselves, and only before the backend has started; otherwise
 :func:`configure_cpu` warns.
@@ -34,12 +27,10 @@ import os
 import sys
 import warnings
 
-__all__ = ["COPY_FLAG", "YNN_FLAG", "configure_cpu", "jaxlib_knows_flag", "ynn_convolutions_disabled"]
+__all__ = ["YNN_FLAG", "configure_cpu", "jaxlib_knows_flag", "ynn_convolutions_disabled"]
 
 _FLAG_NAME = "xla_cpu_experimental_ynn_fusion_type"
 YNN_FLAG = f"--{_FLAG_NAME}=-individual_convolution"
-_COPY_FLAG_NAME = "xla_cpu_copy_insertion_use_region_analysis"
-COPY_FLAG = f"--{_COPY_FLAG_NAME}=true"
 
 
 def _jaxlib_knows_flag() -> bool:
@@ -79,8 +70,7 @@ def ynn_convolutions_disabled() -> bool:
 
 
 def configure_cpu() -> bool:
-    """Add :data:`YNN_FLAG` (and :data:`COPY_FLAG`) to ``XLA_FLAGS`` if jaxlib knows them and nobody chose
-    otherwise.
+    """Add :data:`YNN_FLAG` to ``XLA_FLAGS`` if jaxlib knows it and nobody chose otherwise.
 
     Returns:
       True when YNNPACK convolutions are (or will be, at backend start) off.
@@ -99,6 +89,5 @@ def configure_cpu() -> bool:
             stacklevel=3,
         )
         return False
-    added = [YNN_FLAG] + ([COPY_FLAG] if _COPY_FLAG_NAME not in flags and jaxlib_knows_flag(_COPY_FLAG_NAME) else [])
-    os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {YNN_FLAG}".strip()
     return True
