@@ -119,18 +119,18 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
 
         return named(fed)
 
-    def traced(*args: Any) -> Any:
-        return fn(*args)
+    def private() -> Callable[..., Any]:
+        def call_fn(*args: Any) -> Any:
+            return fn(*args)
 
-    def staged(*args: Any) -> Any:
-        return fn(*args)
+        return named(call_fn)
 
-    # Private functions: the recording trace below is jit's own first trace of `plain` (kept when no draw
-    # was found), so no jit of `fn` elsewhere, nor `inside` below, can be served a trace whose masks are
-    # placeholders.
-    plain = jax.jit(named(traced), donate_argnums=tuple(donate_argnums))
+    # Private functions, each its own jit cache: the recording trace below is jit's own first trace of
+    # `plain` (kept when no draw was found), so no jit of `fn` elsewhere, nor `inside`, can be served a
+    # trace whose masks are placeholders.
+    plain = jax.jit(private(), donate_argnums=tuple(donate_argnums))
     # Called inside another trace (a jit or vmap around the step), the masks stay ordered callbacks there.
-    inside = jax.jit(named(staged), donate_argnums=tuple(donate_argnums))
+    inside = jax.jit(private(), donate_argnums=tuple(donate_argnums))
     entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
 
     def entry(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], Callable[..., Any]]:
