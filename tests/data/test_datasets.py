@@ -30,6 +30,25 @@ def test_digits_is_sklearns_and_splits_like_torch():
     np.testing.assert_array_equal(datasets.digits(True).labels, bunch.target[list(train_subset.indices)])
 
 
+def test_digits_read_without_sklearn_equal_load_digits(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    from jax_impl.data import datasets as module
+
+    bunch = load_digits()
+    assert module._bundled_digits_csv() is not None  # the file scikit-learn ships, read directly
+    for found in (True, False):  # the direct read, and load_digits where the file is missing
+        if not found:
+            monkeypatch.setattr(module, "_bundled_digits_csv", lambda: None)
+        module._load_digits.cache_clear()
+        images, target = module._load_digits()
+        assert images.dtype == bunch.images.dtype and target.dtype == bunch.target.dtype
+        np.testing.assert_array_equal(images, bunch.images)
+        np.testing.assert_array_equal(target, bunch.target)
+        assert not images.flags.writeable and not target.flags.writeable
+    module._load_digits.cache_clear()
+
+
 @pytest.mark.parametrize("shape, classes, seed", [((1, 8, 8), 10, 0), ((3, 5, 7), 4, 123), ((2,), 3, 9)])
 def test_synthetic_draws_equal_torch(shape, classes, seed):
     ours = datasets.synthetic(50, shape, classes, seed)
