@@ -59,6 +59,7 @@ _SIGNATURES = {
     "dnnl_engine_create": [_PP, ctypes.c_int, ctypes.c_size_t],
     "dnnl_stream_create": [_PP, _P, ctypes.c_uint],
     "dnnl_memory_desc_create_with_tag": [_PP, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int],
+    "dnnl_memory_desc_create_with_strides": [_PP, ctypes.c_int, _P, ctypes.c_int, _P],
     "dnnl_convolution_forward_primitive_desc_create": [_PP, _P, ctypes.c_int, ctypes.c_int] + [_P] * 9,
     "dnnl_convolution_backward_data_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 9,
     "dnnl_convolution_backward_weights_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 10,
@@ -157,6 +158,15 @@ def _desc(shape: Sequence[int], tag: int) -> _P:
     return md
 
 
+def _nhwc_desc(shape: Sequence[int]) -> _P:
+    """An NCHW-indexed descriptor of an array stored channels-last (C-order ``(N, H, W, C)``)."""
+    n, c, h, w = shape
+    md = _P()
+    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), 4, _dims(shape), _F32,
+                                                          _dims((h * w * c, 1, w * c, c))), "memory descriptor")
+    return md
+
+
 def _memory(desc, handle=_MEMORY_ALLOCATE) -> _P:
     mem = _P()
     _check(library().dnnl_memory_create(ctypes.byref(mem), desc, _engine()[0], handle), "memory creation")
@@ -203,9 +213,9 @@ class _Operand:
     way the data goes (an input is reordered in, a result out).
     """
 
-    def __init__(self, shape: Sequence[int], chosen, to_primitive: bool) -> None:
+    def __init__(self, shape: Sequence[int], chosen, to_primitive: bool, plain=None) -> None:
         lib = library()
-        plain = _desc(shape, _FORMAT_ABCD)
+        plain = _desc(shape, _FORMAT_ABCD) if plain is None else plain
         self.user = _memory(plain, _P(0))
         self.reorder = None
         self.inner = self.user
@@ -230,22 +240,43 @@ class _Operand:
 
 
 class _Kernels:
-    """The three primitives of one geometry (and their reorders), for one worker: not thread-safe."""
+    """The primitives of one geometry (and their reorders), for one worker: not thread-safe.
 
-    def __init__(self, x_shape, w_shape, stride, pads, dilation) -> None:
+    ``channels_last=False``: forward, backward data and backward weights on NCHW arrays, each in the
+    layouts oneDNN chooses (``format_tag::any``, as torch's ``mkldnn_convolution``). ``channels_last=True``:
+    the forward only, its input and result stored NHWC and given to oneDNN as such (its ``nxc`` kernels
+    read and write them in place, no reorder), the weight OIHW.
+    """
+
+    def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False) -> None:
         lib, (engine, _) = library(), _engine()
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
         out = [(x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
                for a in range(2)]
         self.y_shape = (x_shape[0], w_shape[0], *out)
-        x_any, w_any, y_any = (_desc(s, _FORMAT_ANY) for s in (self.x_shape, self.w_shape, self.y_shape))
+        w_any = _desc(self.w_shape, _FORMAT_ANY)
+        if channels_last:
+            x_any, y_any = _nhwc_desc(self.x_shape), _nhwc_desc(self.y_shape)
+        else:
+            x_any, y_any = _desc(self.x_shape, _FORMAT_ANY), _desc(self.y_shape, _FORMAT_ANY)
         # oneDNN's dilation counts the gaps (torch's dilation - 1).
         geometry = [_dims(stride), _dims([d - 1 for d in dilation]), _dims([p[0] for p in pads]),
                     _dims([p[1] for p in pads])]
-        fwd, bwd_data, bwd_weights = _P(), _P(), _P()
+        fwd = _P()
         _check(lib.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(fwd), engine, _FORWARD_TRAINING, _CONVOLUTION_DIRECT, x_any, w_any, None, y_any, *geometry,
             _user_scratchpad()), "convolution forward")
+        md = lambda pd, what: lib.dnnl_primitive_desc_query_md(pd, what, 0)  # noqa: E731
+        if channels_last:
+            self.pds = (fwd,)
+            self.steps = {
+                "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
+                            (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True, plain=x_any),
+                             _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True),
+                             _Operand(self.y_shape, md(fwd, _QUERY_DST), False, plain=y_any))),
+            }
+            return
+        bwd_data, bwd_weights = _P(), _P()
         _check(lib.dnnl_convolution_backward_data_primitive_desc_create(
             ctypes.byref(bwd_data), engine, _CONVOLUTION_DIRECT, x_any, w_any, y_any, *geometry, fwd,
             _user_scratchpad()), "convolution backward data")
@@ -253,7 +284,6 @@ class _Kernels:
             ctypes.byref(bwd_weights), engine, _CONVOLUTION_DIRECT, x_any, w_any, None, y_any, *geometry, fwd,
             _user_scratchpad()), "convolution backward weights")
         self.pds = (fwd, bwd_data, bwd_weights)
-        md = lambda pd, what: lib.dnnl_primitive_desc_query_md(pd, what, 0)  # noqa: E731
         self.steps = {
             "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
                         (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True),
@@ -315,18 +345,24 @@ class Convolution:
     pool (per sample, the forward and the input gradient are the same sums
     as one call over the batch); the weight gradient adds the chunks'
     partial sums in chunk order.
+
+    ``channels_last=True``: the forward only, on an input and a result
+    stored NHWC (``x_shape`` and the result shape still name the NCHW
+    dimensions), which oneDNN reads and writes in place.
     """
 
     _lock = threading.Lock()
 
-    def __init__(self, x_shape, w_shape, stride, pads, dilation) -> None:
+    def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False) -> None:
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
+        self.channels_last = channels_last
         n = x_shape[0]
         parts = min(workers(), n)
         bounds = [n * i // parts for i in range(parts + 1)]
         self._chunks = [(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
         # Made on a worker too: creating a primitive may run an OpenMP region on the creating thread.
-        self._kernels = [_pool().submit(_Kernels, (size, *x_shape[1:]), w_shape, stride, pads, dilation).result()
+        self._kernels = [_pool().submit(_Kernels, (size, *x_shape[1:]), w_shape, stride, pads, dilation,
+                                        channels_last).result()
                          for _, size in self._chunks]
         self.y_shape = (n, *self._kernels[0].y_shape[1:])
         self._x_sample = 4 * math.prod(self.x_shape[1:])  # bytes per sample
@@ -381,6 +417,7 @@ class Convolution:
 
 @functools.lru_cache(maxsize=256)
 def convolution(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tuple[int, int],
-                pads: tuple[tuple[int, int], tuple[int, int]], dilation: tuple[int, int]) -> Convolution:
+                pads: tuple[tuple[int, int], tuple[int, int]], dilation: tuple[int, int],
+                channels_last: bool = False) -> Convolution:
     """The cached :class:`Convolution` of a geometry (its primitives are created once)."""
-    return Convolution(x_shape, w_shape, stride, pads, dilation)
+    return Convolution(x_shape, w_shape, stride, pads, dilation, channels_last)

@@ -5,12 +5,14 @@ it transposes each conv's input into NHWC and its result back, and the
 elementwise ops between convs (BatchNorm, ReLU, the residual sum, the max
 pool) read one layout and write the other. A block whose arrays are NHWC
 throughout has none of these copies: its convs read and write in place and
-its elementwise ops run over contiguous channels. The values are those of the
-NCHW block: the same Eigen convolution (XLA canonicalises an NCHW conv to
-exactly this NHWC one), torch's eval BatchNorm formula per channel, the same
-ReLU and max pool; only where the NCHW model would have taken another route
-(``jax_impl/nn/_fast_conv.py``: the GEMM forward at most four times as many
-output pixels as output channels) do the sums run in Eigen's order instead.
+its elementwise ops run over contiguous channels. A conv that the NCHW model
+runs on oneDNN (``_fast_conv.takes_onednn``) runs oneDNN's channels-last
+kernel, which reads and writes the NHWC arrays in place; its sums may differ
+from the blocked kernel's (torch's) in the last bits. The others run Eigen's
+NHWC convolution (XLA canonicalises an NCHW conv to exactly this one), in
+Eigen's order also where the NCHW model would have taken the GEMM forward
+(at most four times as many output pixels as output channels). BatchNorm is
+torch's eval formula per channel; ReLU and the max pool are the NCHW ones.
 
 Measured on XLA:CPU, ResNet-18 inference is faster this way at batch 4 and
 224x224 and at batch 32 and 64x64. Blocks whose convs take the im2col + GEMM
@@ -39,7 +41,7 @@ import numpy as np
 from jax import lax
 
 from jax_impl.nn import functional as F
-from jax_impl.nn._fast_conv import ConvGeometry, conv2d_core, takes_direct, takes_gemm
+from jax_impl.nn._fast_conv import ConvGeometry, conv2d_core, takes_direct, takes_gemm, takes_onednn
 from jax_impl.nn._functional_activation import relu
 from jax_impl.nn._functional_norm import affine, eval_invstd
 
@@ -116,6 +118,11 @@ def usable(x) -> bool:
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
 def _conv_nhwc(z, w, stride, pads, dilation):
+    n, h, width, c = z.shape
+    if takes_onednn(ConvGeometry.of((n, c, h, width), w.shape, stride, pads, dilation, jnp.result_type(z, w))):
+        from jax_impl.nn import _conv_onednn  # imports jax's AD internals: only when the route is taken
+
+        return _conv_onednn.conv2d_nhwc(z, w, stride, pads, dilation)
     return lax.conv_general_dilated(z, jnp.transpose(w, (2, 3, 1, 0)), stride, list(pads), rhs_dilation=dilation,
                                     dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=_HIGHEST)
 

@@ -6,7 +6,9 @@ result in XLA's buffers (:mod:`jax_impl._xla_ffi`):
 
 - ``onednn_conv2d(x, w)``: the forward ``y = conv(x, w)``;
 - ``onednn_conv2d_input_grad(g, w)``: ``dx``, the transpose in ``x``;
-- ``onednn_conv2d_weight_grad(x, g)``: ``dw``, the transpose in ``w``.
+- ``onednn_conv2d_weight_grad(x, g)``: ``dw``, the transpose in ``w``;
+- ``onednn_conv2d_nhwc(z, w)``: the forward on a channels-last input, its
+  result channels-last (forward only, for ``jax_impl.nn._channels_last``).
 
 Each is bilinear, so each has the bilinear JVP and transposes into the
 other two (``<conv(x, w), g> = <x, input_grad(g, w)> = <w, weight_grad(x, g)>``):
@@ -28,10 +30,10 @@ from jax.interpreters import ad, batching, mlir
 from jax_impl import _onednn, _xla_ffi
 from jax_impl.nn import _conv_xla
 
-__all__ = ["conv2d", "registered"]
+__all__ = ["conv2d", "conv2d_nhwc", "registered"]
 
 _TARGETS = {"forward": "jax_impl_onednn_conv2d", "input_grad": "jax_impl_onednn_conv2d_input_grad",
-            "weight_grad": "jax_impl_onednn_conv2d_weight_grad"}
+            "weight_grad": "jax_impl_onednn_conv2d_weight_grad", "forward_nhwc": "jax_impl_onednn_conv2d_nhwc"}
 
 
 def _geometry_array(geometry) -> np.ndarray:
@@ -50,6 +52,10 @@ def _kernel(kind: str):
         stride, pads, dilation = _geometry_of(attributes["geometry"])
         if kind == "forward":
             conv = _onednn.convolution(a.shape, b.shape, stride, pads, dilation)
+            conv.forward(a.data, b.data, out.data)
+        elif kind == "forward_nhwc":
+            n, h, w, c = a.shape
+            conv = _onednn.convolution((n, c, h, w), b.shape, stride, pads, dilation, channels_last=True)
             conv.forward(a.data, b.data, out.data)
         elif kind == "input_grad":
             conv = _onednn.convolution(out.shape, b.shape, stride, pads, dilation)
@@ -92,7 +98,8 @@ def _jitted(kind: str, *, geometry, out_shape):
 
 
 _PRIMITIVES = {kind: _primitive(kind) for kind in _TARGETS}
-_forward, _input_grad, _weight_grad = (_PRIMITIVES[k] for k in ("forward", "input_grad", "weight_grad"))
+_forward, _input_grad, _weight_grad, _forward_nhwc = (
+    _PRIMITIVES[k] for k in ("forward", "input_grad", "weight_grad", "forward_nhwc"))
 
 
 def _bind(prim: Primitive, a, b, geometry, out_shape):
@@ -143,6 +150,7 @@ def _batch_rule(prim: Primitive, foldable: tuple[bool, bool]):
 batching.primitive_batchers[_forward] = _batch_rule(_forward, (True, False))
 batching.primitive_batchers[_input_grad] = _batch_rule(_input_grad, (True, False))
 batching.primitive_batchers[_weight_grad] = _batch_rule(_weight_grad, (False, False))
+batching.primitive_batchers[_forward_nhwc] = _batch_rule(_forward_nhwc, (True, False))
 
 
 def conv2d(x, w, stride, pads, dilation):
@@ -156,3 +164,19 @@ def conv2d(x, w, stride, pads, dilation):
     geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
     out = _conv_xla.out_size(x.shape, w.shape, stride, pads, dilation)
     return _bind(_forward, x, w, geometry, (x.shape[0], w.shape[0], *out))
+
+
+def conv2d_nhwc(z, w, stride, pads, dilation):
+    """``conv(z, w)`` for a channels-last float32 ``z`` (``(N, H, W, C)``) and an OIHW ``w``, the result
+    channels-last: oneDNN's forward on the arrays in place (no reorder of ``z`` or the result).
+
+    Forward only: it has no derivative rule, and its caller (``jax_impl.nn._channels_last``) gives the
+    tangent by the NCHW route. Needs oneDNN (:func:`registered`) and the CPU backend.
+    """
+    if not registered():
+        raise RuntimeError("oneDNN is not available: install onednn-cpu-gomp (Linux x86-64) or leave "
+                           "jax_impl.backends.mkldnn disabled")
+    geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
+    n, h, wd, c = z.shape
+    out = _conv_xla.out_size((n, c, h, wd), w.shape, stride, pads, dilation)
+    return _bind(_forward_nhwc, z, w, geometry, (n, *out, w.shape[0]))
