@@ -355,7 +355,6 @@ class Convolution:
 
     def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False) -> None:
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
-        self.channels_last = channels_last
         n = x_shape[0]
         parts = min(workers(), n)
         bounds = [n * i // parts for i in range(parts + 1)]

@@ -252,3 +252,10 @@ def test_channels_last_eval_conv_takes_the_nhwc_kernel_where_the_nchw_model_take
         text = jax.jit(lambda a, b: cl._conv_nhwc(a, b, (1, 1), ((1, 1), (1, 1)), (1, 1))).lower(z, w).as_text()
         assert ("jax_impl_onednn_conv2d_nhwc" in text) is target
         assert ("convolution" in text) is not target
+    # vmap folds a batch of NHWC inputs into the kernel's batch.
+    rng = np.random.default_rng(0)
+    zs = jnp.asarray(rng.standard_normal((3, *big[0].shape), dtype=np.float32))
+    w = jnp.asarray(rng.standard_normal(big[1].shape, dtype=np.float32))
+    conv = jax.jit(lambda a, b: cl._conv_nhwc(a, b, (1, 1), ((1, 1), (1, 1)), (1, 1)))
+    batched = jax.vmap(conv, in_axes=(0, None))(zs, w)
+    np.testing.assert_array_equal(np.asarray(batched), np.stack([np.asarray(conv(z, w)) for z in zs]))
