@@ -252,10 +252,12 @@ def test_channels_last_eval_conv_takes_the_nhwc_kernel_where_the_nchw_model_take
         text = jax.jit(lambda a, b: cl._conv_nhwc(a, b, (1, 1), ((1, 1), (1, 1)), (1, 1))).lower(z, w).as_text()
         assert ("jax_impl_onednn_conv2d_nhwc" in text) is target
         assert ("convolution" in text) is not target
-    # vmap folds a batch of NHWC inputs into the kernel's batch.
+    # vmap folds a batch of NHWC inputs into the kernel's batch: per sample the same sums (bit for bit
+    # here; oneDNN may pick another kernel for another batch size, so the bound is the route's 1e-5).
     rng = np.random.default_rng(0)
     zs = jnp.asarray(rng.standard_normal((3, *big[0].shape), dtype=np.float32))
     w = jnp.asarray(rng.standard_normal(big[1].shape, dtype=np.float32))
     conv = jax.jit(lambda a, b: cl._conv_nhwc(a, b, (1, 1), ((1, 1), (1, 1)), (1, 1)))
-    batched = jax.vmap(conv, in_axes=(0, None))(zs, w)
-    np.testing.assert_array_equal(np.asarray(batched), np.stack([np.asarray(conv(z, w)) for z in zs]))
+    batched = np.asarray(jax.vmap(conv, in_axes=(0, None))(zs, w))
+    one_by_one = np.stack([np.asarray(conv(z, w)) for z in zs])
+    assert np.abs(batched - one_by_one).max() <= 1e-5 * np.abs(one_by_one).max()
