@@ -153,15 +153,20 @@ batching.primitive_batchers[_weight_grad] = _batch_rule(_weight_grad, (False, Fa
 batching.primitive_batchers[_forward_nhwc] = _batch_rule(_forward_nhwc, (True, False))
 
 
+def _checked_geometry(stride, pads, dilation) -> tuple:
+    """The geometry as the primitives' hashable parameter; raises where oneDNN is not registered."""
+    if not registered():
+        raise RuntimeError("oneDNN is not available: install onednn-cpu-gomp (Linux x86-64) or leave "
+                           "jax_impl.backends.mkldnn disabled")
+    return tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation)
+
+
 def conv2d(x, w, stride, pads, dilation):
     """``conv(x, w)`` (NCHW float32 ``x``, OIHW ``w``, no bias) by oneDNN, forward and derivatives.
 
     Needs oneDNN (:func:`registered`) and the CPU backend.
     """
-    if not registered():
-        raise RuntimeError("oneDNN is not available: install onednn-cpu-gomp (Linux x86-64) or leave "
-                           "jax_impl.backends.mkldnn disabled")
-    geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
+    geometry = _checked_geometry(stride, pads, dilation)
     out = _conv_xla.out_size(x.shape, w.shape, stride, pads, dilation)
     return _bind(_forward, x, w, geometry, (x.shape[0], w.shape[0], *out))
 
@@ -173,10 +178,7 @@ def conv2d_nhwc(z, w, stride, pads, dilation):
     Forward only: it has no derivative rule, and its caller (``jax_impl.nn._channels_last``) gives the
     tangent by the NCHW route. Needs oneDNN (:func:`registered`) and the CPU backend.
     """
-    if not registered():
-        raise RuntimeError("oneDNN is not available: install onednn-cpu-gomp (Linux x86-64) or leave "
-                           "jax_impl.backends.mkldnn disabled")
-    geometry = (tuple(stride), tuple(tuple(p) for p in pads), tuple(dilation))
+    geometry = _checked_geometry(stride, pads, dilation)
     n, h, wd, c = z.shape
     out = _conv_xla.out_size((n, c, h, wd), w.shape, stride, pads, dilation)
     return _bind(_forward_nhwc, z, w, geometry, (n, *out, w.shape[0]))
