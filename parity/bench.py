@@ -257,6 +257,9 @@ def _peak(row: dict[str, Any], mode: str, *, jax: bool) -> float | None:
     return row[mode].get("peak_mib")
 
 
+_PRECISIONS = ("float32", "tf32", "bf16")
+
+
 def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
     m = _machine(data)
     lines = ["## Throughput at training sizes on a GPU", "",
@@ -276,14 +279,20 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
              "compiled forward (arguments + outputs + temporaries); in MiB.", ""]
     runs = data.get("runs", [])
     if len(data.get("calls", [])) > 1:
-        first: dict[str, tuple[str, str]] = {}
-        for row in runs:
-            if not row.get("env"):
-                seen = (row.get("measured", "")[:16], row.get("commit", ""))
-                first[row["precision"]] = min(first.get(row["precision"], ("~", "")), seen)
-        lines += [f"Measured in {len(data['calls'])} runs on the same kind of machine, each row's torch and JAX in "
-                  "the same run: " + ", ".join(f"{p} rows {d}" + (f" (code at {c})" if c else "")
-                                               for p, (d, c) in sorted(first.items())) + ".", ""]
+        # A row's torch eager and JAX share a run; torch.compile, slower to build, may come from a later one.
+        groups: dict[tuple[str, str], list[str]] = {}
+        for case in data.get("cases", {}):
+            for precision in _PRECISIONS:
+                pair = [r for r in runs if (r["case"], r["precision"]) == (case, precision)
+                        and r["framework"] in ("jax", "torch") and not r.get("env")]
+                if pair:
+                    measured, commit = min((r.get("measured", ""), r.get("commit", "")) for r in pair)
+                    call = max((c for c in data["calls"] if c <= measured), default=measured)
+                    groups.setdefault((call[:16], commit), []).append(f"{case} {precision}")
+        lines += [f"Measured in {len(data['calls'])} runs on the same kind of machine, each row's torch eager and "
+                  "JAX in the same run (torch.compile's in the same run or a later one): "
+                  + "; ".join(f"{d}" + (f" (code at {c})" if c else "") + ": " + ", ".join(names)
+                              for (d, c), names in sorted(groups.items())) + ".", ""]
 
     def find(framework: str, case: str, precision: str, env: bool = False) -> dict[str, Any] | None:
         for row in runs:
@@ -297,7 +306,7 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
                   "| precision | mode | torch img/s | torch.compile img/s | JAX img/s | JAX / torch | "
                   "JAX / torch.compile | torch peak | torch.compile peak | JAX peak |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        for precision in ("float32", "tf32", "bf16"):
+        for precision in _PRECISIONS:
             eager, compiled = find("torch", case, precision), find("torch_compile", case, precision)
             ours = find("jax", case, precision)
             if not (eager or compiled):

@@ -151,3 +151,27 @@ def test_gpu_optimizer_run_renders_its_own_section(tmp_path):
     text = bench.render_markdown(tmp_path)
     assert "## Optimizer update on a GPU" in text and "2026-01-02T03:04) on Test GPU" in text
     assert "| sgd | `optax.sgd(1e-2)` | 2.000 | 0.250 | 1.00 | 0.500 | 2.00 |" in text
+
+
+def test_gpu_throughput_rows_name_the_run_that_measured_them(tmp_path):
+    """``gpu_throughput.json`` merged over two calls: each (case, precision) names its own run and commit."""
+    _write(tmp_path, FAKE)
+
+    def row(framework, case, precision, measured, commit, rate):
+        modes = {m: {"images_per_s": rate, "peak_mib": 100.0, "compile_s": 1.0} for m in ("train", "infer")}
+        return dict(framework=framework, case=case, precision=precision, env={}, measured=measured, commit=commit,
+                    **modes)
+
+    first, second = "2026-01-02T03:00:00+00:00", "2026-01-02T05:00:00+00:00"
+    runs = [row("jax", "a", "float32", "2026-01-02T03:01:00+00:00", "aaa", 200.0),
+            row("torch", "a", "float32", "2026-01-02T03:02:00+00:00", "aaa", 100.0),
+            row("jax", "a", "bf16", "2026-01-02T05:01:00+00:00", "bbb", 300.0),
+            row("torch", "a", "bf16", "2026-01-02T05:02:00+00:00", "bbb", 100.0),
+            row("torch_compile", "a", "bf16", "2026-01-02T05:03:00+00:00", "bbb", 150.0)]
+    data = {"machine": dict(_MACHINE, gpu="Test GPU", gpus=1, torch_cuda="13.0", date=first), "smoke": False,
+            "cases": {"a": {}}, "runs": runs, "skipped": [], "calls": [first, second]}
+    (tmp_path / "gpu_throughput.json").write_text(json.dumps(data))
+    text = bench.render_markdown(tmp_path)
+    assert ("2026-01-02T03:00 (code at aaa): a float32; 2026-01-02T05:00 (code at bbb): a bf16." in text)
+    assert "| float32 | train | 100 | - | 200 | 2.00 | - | 100 | - |" in text
+    assert "| bf16 | train | 100 | 150 | 300 | 3.00 | 2.00 | 100 | 100 |" in text
