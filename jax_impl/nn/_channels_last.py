@@ -5,14 +5,16 @@ it transposes each conv's input into NHWC and its result back, and the
 elementwise ops between convs (BatchNorm, ReLU, the residual sum, the max
 pool) read one layout and write the other. A block whose arrays are NHWC
 throughout has none of these copies: its convs read and write in place and
-its elementwise ops run over contiguous channels. A conv that the NCHW model
-runs on oneDNN (``_fast_conv.takes_onednn``) runs oneDNN's channels-last
+its elementwise ops run over contiguous channels. A float32 conv of at
+least 2**22 multiply-adds that is not a strided 1x1
+(``_fast_conv.takes_onednn_channels_last``) runs oneDNN's channels-last
 kernel, which reads and writes the NHWC arrays in place; its sums may differ
-from the blocked kernel's (torch's) in the last bits. The others run Eigen's
-NHWC convolution (XLA canonicalises an NCHW conv to exactly this one), in
-Eigen's order also where the NCHW model would have taken the GEMM forward
-(at most four times as many output pixels as output channels). BatchNorm is
-torch's eval formula per channel; ReLU and the max pool are the NCHW ones.
+from the blocked kernel's (torch's) in the last bits. That includes the
+convs with few output pixels per channel that the NCHW model leaves to the
+GEMM forward, where oneDNN's NHWC kernel measured faster than Eigen's. The
+others run Eigen's NHWC convolution (XLA canonicalises an NCHW conv to
+exactly this one). BatchNorm is torch's eval formula per channel; ReLU and
+the max pool are the NCHW ones.
 
 Measured on XLA:CPU, ResNet-18 inference is faster this way at batch 4 and
 224x224 and at batch 32 and 64x64. Blocks whose convs take the im2col + GEMM
@@ -41,7 +43,8 @@ import numpy as np
 from jax import lax
 
 from jax_impl.nn import functional as F
-from jax_impl.nn._fast_conv import ConvGeometry, conv2d_core, takes_direct, takes_gemm, takes_onednn
+from jax_impl.nn._fast_conv import (ConvGeometry, conv2d_core, takes_direct, takes_gemm,
+                                    takes_onednn_channels_last)
 from jax_impl.nn._functional_activation import relu
 from jax_impl.nn._functional_norm import affine, eval_invstd
 
@@ -119,7 +122,8 @@ def usable(x) -> bool:
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
 def _conv_nhwc(z, w, stride, pads, dilation):
     n, h, width, c = z.shape
-    if takes_onednn(ConvGeometry.of((n, c, h, width), w.shape, stride, pads, dilation, jnp.result_type(z, w))):
+    geometry = ConvGeometry.of((n, c, h, width), w.shape, stride, pads, dilation, jnp.result_type(z, w))
+    if takes_onednn_channels_last(geometry):
         from jax_impl.nn import _conv_onednn  # imports jax's AD internals: only when the route is taken
 
         return _conv_onednn.conv2d_nhwc(z, w, stride, pads, dilation)
