@@ -279,7 +279,7 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
              "compiled forward (arguments + outputs + temporaries); in MiB.", ""]
     runs = data.get("runs", [])
     if len(data.get("calls", [])) > 1:
-        # A row's torch eager and JAX share a run; torch.compile, slower to build, may come from a later one.
+        # A row's torch eager and JAX share a run; torch.compile, slow to build, may come from another one.
         groups: dict[tuple[str, str], list[str]] = {}
         for case in data.get("cases", {}):
             for precision in _PRECISIONS:
@@ -290,7 +290,7 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
                     call = max((c for c in data["calls"] if c <= measured), default=measured)
                     groups.setdefault((call[:16], commit), []).append(f"{case} {precision}")
         lines += [f"Measured in {len(data['calls'])} runs on the same kind of machine, each row's torch eager and "
-                  "JAX in the same run (torch.compile's in the same run or a later one): "
+                  "JAX in the same run (torch.compile's in the same run or another): "
                   + "; ".join(f"{d}" + (f" (code at {c})" if c else "") + ": " + ", ".join(names)
                               for (d, c), names in sorted(groups.items())) + ".", ""]
 

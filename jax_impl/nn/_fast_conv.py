@@ -47,7 +47,8 @@ from jax_impl.nn import _conv_xla as xla
 
 __all__ = [
     "ROUTES", "ConvGeometry", "Route", "conv2d_core", "route_for", "takes_block_dw", "takes_direct", "takes_gemm",
-    "takes_gemm_forward", "takes_onednn", "takes_onednn_channels_last", "takes_packed_dx", "takes_phase_dw", "takes_pointwise", "takes_ynn_free",
+    "takes_gemm_forward", "takes_onednn", "takes_onednn_channels_last", "takes_packed_dx", "takes_phase_dw",
+    "takes_pointwise", "takes_ynn_free",
 ]
 
 
