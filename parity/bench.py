@@ -278,13 +278,20 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
              "included); JAX inference (compiled in the same process after training): XLA's account of the "
              "compiled forward (arguments + outputs + temporaries); in MiB.", ""]
     runs = data.get("runs", [])
+
+    def find(framework: str, case: str, precision: str, env: bool = False) -> dict[str, Any] | None:
+        for row in runs:
+            if (row["framework"], row["case"], row["precision"], bool(row.get("env"))) == (framework, case, precision,
+                                                                                            env):
+                return row
+        return None
+
     if len(data.get("calls", [])) > 1:
         # A row's torch eager and JAX share a run; torch.compile, slow to build, may come from another one.
         groups: dict[tuple[str, str], list[str]] = {}
         for case in data.get("cases", {}):
             for precision in _PRECISIONS:
-                pair = [r for r in runs if (r["case"], r["precision"]) == (case, precision)
-                        and r["framework"] in ("jax", "torch") and not r.get("env")]
+                pair = [r for r in (find("jax", case, precision), find("torch", case, precision)) if r]
                 if pair:
                     measured, commit = min((r.get("measured", ""), r.get("commit", "")) for r in pair)
                     call = max((c for c in data["calls"] if c <= measured), default=measured)
@@ -293,13 +300,6 @@ def _section_gpu_throughput(data: dict[str, Any]) -> list[str]:
                   "JAX in the same run (torch.compile's in the same run or another): "
                   + "; ".join(f"{d}" + (f" (code at {c})" if c else "") + ": " + ", ".join(names)
                               for (d, c), names in sorted(groups.items())) + ".", ""]
-
-    def find(framework: str, case: str, precision: str, env: bool = False) -> dict[str, Any] | None:
-        for row in runs:
-            if (row["framework"], row["case"], row["precision"], bool(row.get("env"))) == (framework, case, precision,
-                                                                                            env):
-                return row
-        return None
 
     for case in data.get("cases", {}):
         lines += [f"**{case}**", "",
