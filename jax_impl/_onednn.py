@@ -14,8 +14,8 @@ The library comes from the ``onednn-cpu-gomp`` wheel (``lib/libdnnl.so.3``
 under the environment's prefix); :func:`library` is ``None`` where it is
 absent, cannot be loaded, or ``JAX_IMPL_MKLDNN=0``. oneDNN's OpenMP runtime
 is the process's ``libgomp.so.1`` (torch's, when torch is loaded first).
-Each call runs one oneDNN thread per core on a chunk of the batch, and
-calls are serialised by a lock: XLA may run two custom calls at once on its
+Each call runs one oneDNN thread per core on a part of the batch or of
+the channels, and calls are serialised by a lock: XLA may run two custom calls at once on its
 two threads, and each call already uses every core.
 """
 
@@ -167,6 +167,17 @@ def _nhwc_desc(shape: Sequence[int]) -> _P:
     return md
 
 
+def _slice_desc(shape: Sequence[int], full: Sequence[int]) -> _P:
+    """A descriptor of a ``shape`` block of a C-order array of shape ``full`` (a run of channels of it)."""
+    if tuple(shape) == tuple(full):
+        return _desc(shape, _FORMAT_ABCD)
+    strides = [math.prod(full[i + 1:]) for i in range(len(full))]
+    md = _P()
+    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(shape), _dims(shape), _F32,
+                                                          _dims(strides)), "memory descriptor")
+    return md
+
+
 def _memory(desc, handle=_MEMORY_ALLOCATE) -> _P:
     mem = _P()
     _check(library().dnnl_memory_create(ctypes.byref(mem), desc, _engine()[0], handle), "memory creation")
@@ -248,12 +259,17 @@ class _Kernels:
     read and write them in place, no reorder), the weight OIHW.
     """
 
-    def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False) -> None:
+    def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False,
+                 full: tuple | None = None) -> None:
         lib, (engine, _) = library(), _engine()
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
         out = [(x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
                for a in range(2)]
         self.y_shape = (x_shape[0], w_shape[0], *out)
+        # The plain arrays these operands are blocks of (a run of channels of a larger array), if any.
+        x_full, w_full, y_full = full or (self.x_shape, self.w_shape, self.y_shape)
+        x_plain, w_plain, y_plain = (_slice_desc(self.x_shape, x_full), _slice_desc(self.w_shape, w_full),
+                                     _slice_desc(self.y_shape, y_full))
         w_any = _desc(self.w_shape, _FORMAT_ANY)
         if channels_last:
             x_any, y_any = _nhwc_desc(self.x_shape), _nhwc_desc(self.y_shape)
@@ -272,7 +288,7 @@ class _Kernels:
             self.steps = {
                 "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
                             (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True, plain=x_any),
-                             _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True),
+                             _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True, plain=w_plain),
                              _Operand(self.y_shape, md(fwd, _QUERY_DST), False, plain=y_any))),
             }
             return
@@ -286,17 +302,17 @@ class _Kernels:
         self.pds = (fwd, bwd_data, bwd_weights)
         self.steps = {
             "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
-                        (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True),
-                         _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True),
-                         _Operand(self.y_shape, md(fwd, _QUERY_DST), False))),
+                        (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True, plain=x_plain),
+                         _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True, plain=w_plain),
+                         _Operand(self.y_shape, md(fwd, _QUERY_DST), False, plain=y_plain))),
             "input_grad": (_Primitive(bwd_data), (_ARG_DIFF_DST, _ARG_WEIGHTS, _ARG_DIFF_SRC),
-                           (_Operand(self.y_shape, md(bwd_data, _QUERY_DIFF_DST), True),
-                            _Operand(self.w_shape, md(bwd_data, _QUERY_WEIGHTS), True),
-                            _Operand(self.x_shape, md(bwd_data, _QUERY_DIFF_SRC), False))),
+                           (_Operand(self.y_shape, md(bwd_data, _QUERY_DIFF_DST), True, plain=y_plain),
+                            _Operand(self.w_shape, md(bwd_data, _QUERY_WEIGHTS), True, plain=w_plain),
+                            _Operand(self.x_shape, md(bwd_data, _QUERY_DIFF_SRC), False, plain=x_plain))),
             "weight_grad": (_Primitive(bwd_weights), (_ARG_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS),
-                            (_Operand(self.x_shape, md(bwd_weights, _QUERY_SRC), True),
-                             _Operand(self.y_shape, md(bwd_weights, _QUERY_DIFF_DST), True),
-                             _Operand(self.w_shape, md(bwd_weights, _QUERY_DIFF_WEIGHTS), False))),
+                            (_Operand(self.x_shape, md(bwd_weights, _QUERY_SRC), True, plain=x_plain),
+                             _Operand(self.y_shape, md(bwd_weights, _QUERY_DIFF_DST), True, plain=y_plain),
+                             _Operand(self.w_shape, md(bwd_weights, _QUERY_DIFF_WEIGHTS), False, plain=w_plain))),
         }
 
     def run(self, step: str, a: int, b: int, out: int) -> None:
@@ -324,14 +340,72 @@ def _single_threaded() -> None:
     library().omp_set_num_threads(1)
 
 
-_POOL: list = [None, None]  # (pid, executor): a forked child starts its own threads
+def _pinned() -> bool:
+    return os.environ.get("JAX_IMPL_ONEDNN_PIN", "1") != "0"
 
 
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    if _POOL[0] != os.getpid():
-        _POOL[:] = [os.getpid(), concurrent.futures.ThreadPoolExecutor(
-            workers(), thread_name_prefix="jax_impl-onednn", initializer=_single_threaded)]
-    return _POOL[1]
+def _start_lane(cpu: int) -> None:
+    _single_threaded()
+    if _pinned():
+        # One lane per core, each kept on its core: a conv's parts then start at once (a woken thread is
+        # not queued on its waker's core), and part i of every conv meets on one core the data that part i
+        # of the op before it left in that core's cache.
+        try:
+            os.sched_setaffinity(0, {cpu})  # 0: the calling thread only
+        except OSError:  # a sandbox that forbids it: the lane floats
+            pass
+
+
+_LANES: list = [None, []]  # (pid, executors): a forked child starts its own threads
+
+
+def _lanes() -> list[concurrent.futures.ThreadPoolExecutor]:
+    """One single-threaded executor per core this process may use; part ``i`` of every call runs on lane ``i``."""
+    if _LANES[0] != os.getpid():
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cpus = list(range(workers()))
+        _LANES[:] = [os.getpid(), [concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"jax_impl-onednn-{i}", initializer=_start_lane, initargs=(cpu,))
+            for i, cpu in enumerate(cpus)]]
+    return _LANES[1]
+
+
+def _on_lane(i: int, fn: Callable, *args) -> concurrent.futures.Future:
+    lanes = _lanes()
+    return lanes[i % len(lanes)].submit(fn, *args)
+
+
+# oneDNN's AVX-512 kernels block channels by 16: a channel split keeps every part a multiple of it.
+_CHANNEL_BLOCK = 16
+
+
+def _bounds(total: int, parts: int, block: int = 1) -> list[tuple[int, int]]:
+    """``(start, size)`` of ``parts`` contiguous runs of ``total`` items, each a multiple of ``block``."""
+    units = total // block
+    cuts = [units * i // parts * block for i in range(parts)] + [total]
+    return [(lo, hi - lo) for lo, hi in zip(cuts[:-1], cuts[1:])]
+
+
+# A batch with at most this many output pixels per output channel is cut by channels (ResNet's last two
+# stages at 224x224 and batch 4).
+_FEW_PIXELS_PER_CHANNEL = 4
+
+
+def splits_channels(batch_pixels: int, c_in: int, c_out: int) -> bool:
+    """Whether :class:`Convolution` cuts a conv by channels rather than by samples: more than one core, at
+    most 4 output pixels per output channel in the batch (``N*Ho*Wo <= 4*C_out``), and input and output
+    channels that cut into runs of 16 per core.
+
+    Cut by samples, such a conv gives each core whole samples: each reorders the whole weight (at 512
+    channels that costs as much as its sums) and the weight gradient adds per-core partial sums. Cut by
+    channels, each core reorders its share of the weight and computes whole sums over the batch, as
+    torch's one OpenMP team does, and the weight gradient is torch's bit for bit.
+    """
+    parts = workers()
+    return (parts > 1 and batch_pixels <= _FEW_PIXELS_PER_CHANNEL * c_out
+            and c_out % (_CHANNEL_BLOCK * parts) == 0 and c_in % (_CHANNEL_BLOCK * parts) == 0)
 
 
 class Convolution:
@@ -340,11 +414,17 @@ class Convolution:
     :meth:`forward`, :meth:`input_grad` and :meth:`weight_grad` read and
     write C-order float32 arrays at the given addresses, as torch's
     ``mkldnn_convolution``, ``mkldnn_convolution_backward_input`` and
-    ``..._backward_weights`` compute them. The batch is cut into one
-    contiguous chunk per core, each run by oneDNN on one thread of a small
-    pool (per sample, the forward and the input gradient are the same sums
-    as one call over the batch); the weight gradient adds the chunks'
-    partial sums in chunk order.
+    ``..._backward_weights`` compute them. The work is cut into one part per
+    core, part ``i`` run by oneDNN on one thread, lane ``i``, kept on core
+    ``i`` (``JAX_IMPL_ONEDNN_PIN=0`` lets the lanes float):
+
+    - by samples (contiguous chunks of the batch): per sample, the forward
+      and the input gradient are the same sums as one call over the batch;
+      the weight gradient adds the chunks' partial sums in chunk order;
+    - by channels, for a batch with few output pixels per output channel
+      (:func:`splits_channels`): the forward and the weight gradient by
+      output channels, the input gradient by input channels; each part is
+      the whole sum for its channels, so nothing is added afterwards.
 
     ``channels_last=True``: the forward only, on an input and a result
     stored NHWC (``x_shape`` and the result shape still name the NCHW
@@ -355,18 +435,45 @@ class Convolution:
 
     def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False) -> None:
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
-        n = x_shape[0]
-        parts = min(workers(), n)
-        bounds = [n * i // parts for i in range(parts + 1)]
-        self._chunks = [(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        # Made on a worker too: creating a primitive may run an OpenMP region on the creating thread.
-        self._kernels = [_pool().submit(_Kernels, (size, *x_shape[1:]), w_shape, stride, pads, dilation,
-                                        channels_last).result()
-                         for _, size in self._chunks]
-        self.y_shape = (n, *self._kernels[0].y_shape[1:])
-        self._x_sample = 4 * math.prod(self.x_shape[1:])  # bytes per sample
-        self._y_sample = 4 * math.prod(self.y_shape[1:])
-        self._partials = [np.empty(self.w_shape, np.float32) for _ in self._chunks]
+        n, c_in = self.x_shape[:2]
+        c_out, taps = self.w_shape[0], math.prod(self.w_shape[2:])
+        geometry = (stride, pads, dilation, channels_last)
+
+        def kernels(lane, x_shape, w_shape, full=None):
+            # Made on its lane: creating a primitive may run an OpenMP region on the creating thread.
+            return _on_lane(lane, _Kernels, x_shape, w_shape, *geometry, full).result()
+
+        out = [(x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
+               for a in range(2)]
+        self.y_shape = (n, c_out, *out)
+        x_pixels, y_pixels = math.prod(self.x_shape[2:]), math.prod(self.y_shape[2:])
+        by_channels = not channels_last and splits_channels(n * y_pixels, c_in, c_out)
+        self.split = "channels" if by_channels else "batch"
+        self._partials = []
+        # Per step: (kernels, byte offsets of the two operands and of the result) of each part.
+        if self.split == "batch":
+            parts = _bounds(n, min(workers(), n))
+            ks = [kernels(i, (size, *self.x_shape[1:]), self.w_shape) for i, (_, size) in enumerate(parts)]
+            xs, ys = 4 * c_in * x_pixels, 4 * c_out * y_pixels  # bytes per sample
+            self._partials = [np.empty(self.w_shape, np.float32) for _ in parts] if len(parts) > 1 else []
+            self._plans = {
+                "forward": [(k, lo * xs, 0, lo * ys) for k, (lo, _) in zip(ks, parts)],
+                "input_grad": [(k, lo * ys, 0, lo * xs) for k, (lo, _) in zip(ks, parts)],
+                "weight_grad": [(k, lo * xs, lo * ys, 0) for k, (lo, _) in zip(ks, parts)],  # into the partials
+            }
+        else:
+            full = (self.x_shape, self.w_shape, self.y_shape)
+            outs = _bounds(c_out, workers(), _CHANNEL_BLOCK)
+            ins = _bounds(c_in, workers(), _CHANNEL_BLOCK)
+            by_out = [kernels(i, self.x_shape, (size, *self.w_shape[1:]), full) for i, (_, size) in enumerate(outs)]
+            by_in = [kernels(i, (n, size, *self.x_shape[2:]), (c_out, size, *self.w_shape[2:]), full)
+                     for i, (_, size) in enumerate(ins)]
+            self._plans = {
+                "forward": [(k, 0, 4 * lo * c_in * taps, 4 * lo * y_pixels) for k, (lo, _) in zip(by_out, outs)],
+                "input_grad": [(k, 0, 4 * lo * taps, 4 * lo * x_pixels) for k, (lo, _) in zip(by_in, ins)],
+                "weight_grad": [(k, 0, 4 * lo * y_pixels, 4 * lo * c_in * taps) for k, (lo, _) in zip(by_out, outs)],
+            }
+        self._kernels = [plan[0] for plan in self._plans["forward"]]
 
     def implementations(self) -> tuple[str, str, str]:
         """oneDNN's names of the kernels it chose (``jit:avx512_core``, ``gemm:jit``, ...)."""
@@ -378,30 +485,31 @@ class Convolution:
         return tuple(names)
 
     def _parallel(self, calls, then: Callable[[], None] | None = None) -> None:
-        # Every chunk on a pool thread, the calling XLA thread asleep meanwhile: measured faster than the
-        # caller running a chunk itself (LeNet and MNIST-example steps by ~10%), whose core XLA's idle
-        # workers then compete for. `then` reads what the chunks wrote into this object's own buffers, so
+        # Every part on its lane, the calling XLA thread asleep meanwhile: measured faster than the
+        # caller running a part itself (LeNet and MNIST-example steps by ~10%), whose core XLA's idle
+        # workers then compete for. `then` reads what the parts wrote into this object's own buffers, so
         # it runs under the lock too: a second caller (another device of this process) would overwrite them.
         with self._lock:
-            for future in [_pool().submit(*call) for call in calls]:
+            for future in [_on_lane(i, *call) for i, call in enumerate(calls)]:
                 future.result()
             if then is not None:
                 then()
 
+    def _run(self, step: str, a: int, b: int, out: int) -> None:
+        self._parallel([(k.run, step, a + da, b + db, out + do) for k, da, db, do in self._plans[step]])
+
     def forward(self, x: int, w: int, y: int) -> None:
         """``y = conv(x, w)``."""
-        self._parallel([(k.run, "forward", x + lo * self._x_sample, w, y + lo * self._y_sample)
-                        for k, (lo, _) in zip(self._kernels, self._chunks)])
+        self._run("forward", x, w, y)
 
     def input_grad(self, g: int, w: int, dx: int) -> None:
         """``dx``: the transposed convolution of the output gradient ``g`` with ``w``."""
-        self._parallel([(k.run, "input_grad", g + lo * self._y_sample, w, dx + lo * self._x_sample)
-                        for k, (lo, _) in zip(self._kernels, self._chunks)])
+        self._run("input_grad", g, w, dx)
 
     def weight_grad(self, x: int, g: int, dw: int) -> None:
         """``dw``: the correlation of the input ``x`` with the output gradient ``g``, summed over the batch."""
-        if len(self._chunks) == 1:
-            self._parallel([(self._kernels[0].run, "weight_grad", x, g, dw)])
+        if not self._partials:
+            self._run("weight_grad", x, g, dw)
             return
 
         def add_partials() -> None:
@@ -410,8 +518,8 @@ class Convolution:
             for partial in self._partials[1:]:
                 out += partial.reshape(-1)
 
-        self._parallel([(k.run, "weight_grad", x + lo * self._x_sample, g + lo * self._y_sample, p.ctypes.data)
-                        for k, (lo, _), p in zip(self._kernels, self._chunks, self._partials)], then=add_partials)
+        self._parallel([(k.run, "weight_grad", x + da, g + db, p.ctypes.data)
+                        for (k, da, db, _), p in zip(self._plans["weight_grad"], self._partials)], then=add_partials)
 
 
 @functools.lru_cache(maxsize=256)

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Buffer", "register_cpu_handler"]
+__all__ = ["Buffer", "register_cpu_handler", "register_cpu_no_op"]
 
 _P = ctypes.c_void_p
 
@@ -163,25 +163,50 @@ def register_cpu_handler(name: str, kernel: Callable[[list[Buffer], list[Buffer]
     """
     if name in _KEEP_ALIVE:
         return
-    import jax
 
     def handle(frame_address: int) -> int | None:
         frame = _CallFrame.from_address(frame_address)
         try:
-            if frame.extension_start:
-                extension = _ExtensionBase.from_address(frame.extension_start)
-                if extension.type == _EXTENSION_METADATA:
-                    metadata = _MetadataExtension.from_address(frame.extension_start).metadata.contents
-                    metadata.api_version.struct_size = ctypes.sizeof(_ApiVersion)
-                    metadata.api_version.major, metadata.api_version.minor = _API_MAJOR, _API_MINOR
-                    metadata.traits = 0
-                    return None
-            if frame.stage != _STAGE_EXECUTE:
+            if _answered_metadata(frame) or frame.stage != _STAGE_EXECUTE:
                 return None
             kernel(_buffers(frame.args), _buffers(frame.rets), _attributes(frame.attrs))
             return None
         except Exception as exc:  # noqa: BLE001 - every error goes back to XLA, which raises it in the caller
             return _error(frame.api, f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+    _register(name, handle)
+
+
+def register_cpu_no_op(name: str) -> None:
+    """Register a CPU custom-call target ``name`` that does nothing: its results must alias its operands.
+
+    It reads none of its buffers, so a call costs only the callback itself (no operand is decoded).
+    """
+    if name in _KEEP_ALIVE:
+        return
+
+    def handle(frame_address: int) -> None:
+        _answered_metadata(_CallFrame.from_address(frame_address))
+
+    _register(name, handle)
+
+
+def _answered_metadata(frame: _CallFrame) -> bool:
+    """Answer XLA's registration-time metadata query (the FFI API version); whether ``frame`` was one."""
+    if not frame.extension_start:
+        return False
+    extension = _ExtensionBase.from_address(frame.extension_start)
+    if extension.type != _EXTENSION_METADATA:
+        return False
+    metadata = _MetadataExtension.from_address(frame.extension_start).metadata.contents
+    metadata.api_version.struct_size = ctypes.sizeof(_ApiVersion)
+    metadata.api_version.major, metadata.api_version.minor = _API_MAJOR, _API_MINOR
+    metadata.traits = 0
+    return True
+
+
+def _register(name: str, handle: Callable[[int], int | None]) -> None:
+    import jax
 
     handler = _HANDLER(handle)
     _KEEP_ALIVE[name] = handler

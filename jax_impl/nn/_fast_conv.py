@@ -94,6 +94,12 @@ def _cpu() -> bool:
 _ONEDNN_MIN_MACS = 1 << 22
 
 
+# A conv with few output pixels per channel goes to oneDNN (cut by channels) from this output image size
+# (ResNet-18 at 224x224: 14x14 and 7x7); on smaller images (4x4 and 2x2 at 64x64) the GEMM routes measured
+# faster.
+_ONEDNN_FEW_PIXELS_MIN_IMAGE = 7 * 7
+
+
 def takes_onednn(g: ConvGeometry) -> bool:
     """oneDNN's convolution (:mod:`~jax_impl.nn._conv_onednn`), torch's own CPU kernel, forward and both
     gradients: float32 on the CPU backend with oneDNN installed and ``jax_impl.backends.mkldnn`` enabled,
@@ -101,16 +107,23 @@ def takes_onednn(g: ConvGeometry) -> bool:
     shapes XLA:CPU is slow on (thin GEMMs, batch-as-feature weight gradients) at torch's speed, with no
     NCHW/NHWC transposes around them.
 
-    Left to the routes below: strided 1x1 kernels (:func:`takes_pointwise`), and convs whose batch has few
-    output pixels against their output channels or whose output is no larger than the kernel
-    (:func:`takes_gemm`, :func:`takes_gemm_forward`: ResNet's last stages). There oneDNN's per-sample
-    kernels, its weight reorders and the per-chunk weight gradients cost more than one GEMM over the
-    batch: forward and backward 2-3x slower than those routes, and slower than XLA's own.
+    Left to the routes below: strided 1x1 kernels (:func:`takes_pointwise`), convs whose output is no
+    larger than the kernel, and convs whose batch has few output pixels against their output channels
+    (:func:`takes_gemm`, :func:`takes_gemm_forward`: ResNet's last stages) unless oneDNN cuts them by
+    channels over the cores (:func:`jax_impl._onednn.splits_channels`) and their output image has at
+    least 7x7 pixels. Cut by samples, oneDNN's per-sample kernels, its weight reorders and the per-chunk
+    weight gradients cost more there than one GEMM over the batch (forward and backward 2-3x slower);
+    cut by channels, ResNet-18's stage-3 and stage-4 convs at 224x224 (batch 4) train faster on oneDNN
+    than on the GEMM routes, while on 4x4 images the GEMMs stay faster.
     """
-    if not _onednn_sized(g):
+    if not _onednn_sized(g) or _output_within_kernel(g) or takes_pointwise(g):
         return False
-    few_pixels = _output_within_kernel(g) or _pixels_per_channel_at_most(g, _GEMM_FWD_PIXELS_PER_CHANNEL)
-    return not (few_pixels or takes_pointwise(g))
+    if not _pixels_per_channel_at_most(g, _GEMM_FWD_PIXELS_PER_CHANNEL):
+        return True
+    from jax_impl import _onednn
+
+    return (g.out_size[0] * g.out_size[1] >= _ONEDNN_FEW_PIXELS_MIN_IMAGE
+            and _onednn.splits_channels(g.pixels, g.w_shape[1], g.w_shape[0]))
 
 
 def takes_onednn_channels_last(g: ConvGeometry) -> bool:

@@ -286,3 +286,62 @@ def test_channels_last_eval_conv_takes_the_nhwc_kernel_from_2_to_the_22_macs():
     batched = np.asarray(jax.vmap(conv, in_axes=(0, None))(zs, w))
     one_by_one = np.stack([np.asarray(conv(z, w)) for z in zs])
     assert np.abs(batched - one_by_one).max() <= 1e-5 * np.abs(one_by_one).max()
+
+
+# Batches with few output pixels per output channel, which oneDNN cuts by channels: ResNet-18's stage-3
+# and stage-4 convs at 224x224 (batch 4 and 1), a stride-2 one, and a conv whose channels do not cut into
+# runs of 16 per core (cut by samples).
+_FEW_PIXELS = [
+    (4, 256, 256, (14, 14), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    (4, 512, 512, (7, 7), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    (4, 256, 512, (14, 14), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    (1, 128, 256, (28, 28), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    (2, 96, 200, (9, 9), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", _FEW_PIXELS, ids=[f"few{i}" for i in range(len(_FEW_PIXELS))])
+def test_few_pixels_per_channel_are_cut_by_channels_and_match_torch(case):
+    """Cut by channels, each core computes whole sums over the batch for its channels, as torch's one
+    OpenMP team does: forward, input gradient and weight gradient are torch's bit for bit on ResNet's
+    stage shapes (measured; the weight gradient cut by samples is not, its partial sums are added per
+    chunk). The conv whose channels do not cut into runs of 16 per core stays cut by samples (bound 1e-5,
+    the route's)."""
+    from jax_impl import _onednn as library
+
+    n, c_in, c_out, size, kernel, stride, pads, dilation = case
+    conv = library.convolution((n, c_in, *size), (c_out, c_in, *kernel), stride, pads, dilation)
+    cuts = library.workers() > 1 and c_in % (16 * library.workers()) == 0 and c_out % (16 * library.workers()) == 0
+    assert conv.split == ("channels" if cuts else "batch")
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    x = rng.standard_normal((n, c_in, *size), dtype=np.float32)
+    w = rng.standard_normal((c_out, c_in, *kernel), dtype=np.float32)
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    ty = _torch(tx, tw, stride, pads, dilation)
+    g = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
+    ty.backward(torch.from_numpy(g))
+    y, vjp = jax.vjp(lambda a, b: _onednn().conv2d(a, b, stride, pads, dilation), jnp.asarray(x), jnp.asarray(w))
+    ours = (y, *jax.jit(vjp)(jnp.asarray(g)))
+    for a, b in zip(ours, (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())):
+        if cuts:
+            np.testing.assert_array_equal(np.asarray(a), b)
+        assert np.abs(np.asarray(a) - b).max() <= 1e-5 * np.abs(b).max()
+
+
+def test_lanes_are_kept_one_per_core_unless_turned_off():
+    """Part i of every call runs on lane i, kept on the i-th core this process may use;
+    ``JAX_IMPL_ONEDNN_PIN=0`` lets the lanes float over all of them."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, os; from jax_impl import _onednn as o;"
+            "print(json.dumps([[sorted(l.submit(os.sched_getaffinity, 0).result()) for l in o._lanes()],"
+            " sorted(os.sched_getaffinity(0))]))")
+    for pin in ("1", "0"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "JAX_IMPL_ONEDNN_PIN": pin})
+        assert out.returncode == 0, out.stderr
+        lanes, cpus = json.loads(out.stdout)
+        assert len(lanes) == len(cpus)
+        assert lanes == ([[c] for c in cpus] if pin == "1" else [cpus] * len(cpus))

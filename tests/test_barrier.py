@@ -1,0 +1,58 @@
+"""jax_impl._barrier: the values pass through unchanged under every transformation, and on XLA:CPU every
+user of a barrier's results runs after all of them are computed (one custom call they all pass)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._barrier import barrier
+
+
+def _tree():
+    rng = np.random.default_rng(0)
+    return {"w": jnp.asarray(rng.standard_normal((3, 4), dtype=np.float32)),
+            "b": jnp.asarray(rng.standard_normal((3, 2), dtype=np.float32)), "none": None}
+
+
+def test_values_pass_through_jit_vmap_grad_and_jvp():
+    tree = _tree()
+    for fn in (barrier, jax.jit(barrier), jax.vmap(barrier), jax.jit(jax.vmap(barrier))):
+        out = fn(tree)
+        assert out["none"] is None
+        for key in ("w", "b"):
+            np.testing.assert_array_equal(np.asarray(out[key]), np.asarray(tree[key]))
+    loss = lambda t: jnp.sum(barrier(t)["w"] ** 2) + jnp.sum(barrier(t)["b"])  # noqa: E731
+    grads = jax.jit(jax.grad(loss))(tree)
+    np.testing.assert_array_equal(np.asarray(grads["w"]), 2 * np.asarray(tree["w"]))
+    np.testing.assert_array_equal(np.asarray(grads["b"]), np.ones((3, 2), np.float32))
+    primal, tangent = jax.jvp(lambda a: barrier([a])[0] * 3, (tree["w"],), (jnp.ones((3, 4)),))
+    np.testing.assert_array_equal(np.asarray(tangent), np.full((3, 4), 3, np.float32))
+    assert barrier({}) == {}
+
+
+def test_one_custom_call_aliases_its_operands_on_the_cpu():
+    """Every result is its operand's buffer (no copy), and the optimized program still has the call:
+    XLA:CPU removes ``lax.optimization_barrier`` before it schedules, which is why this is a custom call."""
+    fn = jax.jit(lambda t: jax.tree.map(lambda a: a * 2, barrier(t)))
+    compiled = fn.lower(_tree()).compile().as_text()
+    calls = [line for line in compiled.splitlines() if "custom_call_target=\"jax_impl_barrier\"" in line]
+    assert len(calls) == 1
+    assert "output_to_operand_aliasing={{0}: (0, {}), {1}: (1, {})}" in calls[0]
+
+
+def test_train_step_updates_after_the_barrier():
+    """``jax_impl.train``'s step passes the gradients through one barrier before the optimizer."""
+    from flax import nnx
+
+    from jax_impl import nn, optim
+    from jax_impl.train import init_train_state, train_step
+
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    tx = optim.sgd(lr=0.1, momentum=0.9)
+    graphdef, state = init_train_state(model, tx)
+    step = train_step(graphdef, nn.CrossEntropyLoss(), tx)
+    x, y = jnp.ones((5, 4)), jnp.zeros(5, jnp.int32)
+    assert step.lower(state, x, y).as_text().count("@jax_impl_barrier") == 1
+    del nnx
