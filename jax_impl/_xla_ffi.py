@@ -208,6 +208,42 @@ def _answered_metadata(frame: _CallFrame) -> bool:
 def _register(name: str, handle: Callable[[int], int | None]) -> None:
     import jax
 
+    if not _KEEP_ALIVE:
+        _wait_at_exit()
     handler = _HANDLER(handle)
     _KEEP_ALIVE[name] = handler
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
+
+
+def _finish_computations() -> None:
+    """Block until XLA has computed every live array: a computation still running when the interpreter
+    shuts down would call a Python handler that can no longer take the GIL, and the process would abort
+    ("terminate called without an active exception") or hang."""
+    try:
+        import jax
+
+        arrays = jax.extend.backend.get_backend("cpu").live_arrays()
+    except Exception:  # noqa: BLE001 - no CPU backend (started), nothing of ours is running
+        return
+    for array in arrays:
+        try:
+            array.block_until_ready()
+        except Exception:  # noqa: BLE001 - a deleted or failed array has nothing left to wait for
+            pass
+
+
+def _wait_at_exit() -> None:
+    # threading's exit hooks run before the interpreter joins its threads' executors (the oneDNN lanes a
+    # handler may still need) and long before it finalizes; plain atexit hooks run after the former.
+    import concurrent.futures.thread  # noqa: F401 - its exit hook (joining the executors) then runs after ours
+    import threading
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise AttributeError
+        register(_finish_computations)
+    except (AttributeError, RuntimeError):
+        import atexit
+
+        atexit.register(_finish_computations)

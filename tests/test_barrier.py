@@ -56,3 +56,22 @@ def test_train_step_updates_after_the_barrier():
     x, y = jnp.ones((5, 4)), jnp.zeros(5, jnp.int32)
     assert step.lower(state, x, y).as_text().count("@jax_impl_barrier") == 1
     del nnx
+
+
+def test_a_process_exits_cleanly_with_steps_still_running():
+    """A script that leaves its last steps running when it ends (nothing blocks on them) exits with 0: the
+    Python handlers XLA calls (the barrier, oneDNN's convs) are waited for before the interpreter shuts
+    down, when they could no longer take the GIL (the process aborted)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import jax, jax.numpy as jnp\n"
+            "from jax_impl._barrier import barrier\n"
+            "f = jax.jit(lambda a: jax.tree.map(lambda v: v * 1.0001 + 1, barrier([a]))[0], donate_argnums=0)\n"
+            "a = jnp.ones((256, 256))\n"
+            "for _ in range(3000):\n"
+            "    a = f(a)\n")
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ)
+        assert out.returncode == 0, out.stderr[-2000:]
