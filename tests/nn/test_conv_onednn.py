@@ -76,8 +76,8 @@ def _torch(x, w, stride, pads, dilation):
     return TF.conv2d(x, w, stride=stride, padding=(pads[0][0], pads[1][0]), dilation=dilation)
 
 
-@pytest.mark.parametrize("case", _SHAPES, ids=[f"case{i}" for i in range(len(_SHAPES))])
-def test_matches_torch_forward_and_gradients(case):
+def _ours_and_torch(case):
+    """``(y, dx, dw)`` by the oneDNN route (the gradients under jit) and by torch, on seeded values."""
     n, c_in, c_out, size, kernel, stride, pads, dilation = case
     rng = np.random.default_rng(abs(hash(case)) % 2**32)
     x = rng.standard_normal((n, c_in, *size), dtype=np.float32)
@@ -86,11 +86,14 @@ def test_matches_torch_forward_and_gradients(case):
     ty = _torch(tx, tw, stride, pads, dilation)
     g = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
     ty.backward(torch.from_numpy(g))
-
-    conv = _onednn().conv2d
-    y, vjp = jax.vjp(lambda a, b: conv(a, b, stride, pads, dilation), jnp.asarray(x), jnp.asarray(w))
+    y, vjp = jax.vjp(lambda a, b: _onednn().conv2d(a, b, stride, pads, dilation), jnp.asarray(x), jnp.asarray(w))
     dx, dw = jax.jit(vjp)(jnp.asarray(g))
-    ours, refs = (y, dx, dw), (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())
+    return (y, dx, dw), (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())
+
+
+@pytest.mark.parametrize("case", _SHAPES, ids=[f"case{i}" for i in range(len(_SHAPES))])
+def test_matches_torch_forward_and_gradients(case):
+    ours, refs = _ours_and_torch(case)
     if case in _EXACT:
         for a, b in zip(ours[:2], refs[:2]):
             np.testing.assert_array_equal(np.asarray(a), b)
@@ -313,16 +316,7 @@ def test_few_pixels_per_channel_are_cut_by_channels_and_match_torch(case):
     conv = library.convolution((n, c_in, *size), (c_out, c_in, *kernel), stride, pads, dilation)
     cuts = library.workers() > 1 and c_in % (16 * library.workers()) == 0 and c_out % (16 * library.workers()) == 0
     assert conv.split == ("channels" if cuts else "batch")
-    rng = np.random.default_rng(abs(hash(case)) % 2**32)
-    x = rng.standard_normal((n, c_in, *size), dtype=np.float32)
-    w = rng.standard_normal((c_out, c_in, *kernel), dtype=np.float32)
-    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
-    ty = _torch(tx, tw, stride, pads, dilation)
-    g = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
-    ty.backward(torch.from_numpy(g))
-    y, vjp = jax.vjp(lambda a, b: _onednn().conv2d(a, b, stride, pads, dilation), jnp.asarray(x), jnp.asarray(w))
-    ours = (y, *jax.jit(vjp)(jnp.asarray(g)))
-    for a, b in zip(ours, (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())):
+    for a, b in zip(*_ours_and_torch(case)):
         if cuts:
             np.testing.assert_array_equal(np.asarray(a), b)
         assert np.abs(np.asarray(a) - b).max() <= 1e-5 * np.abs(b).max()
