@@ -225,11 +225,26 @@ def _finish_computations() -> None:
         arrays = jax.extend.backend.get_backend("cpu").live_arrays()
     except Exception:  # noqa: BLE001 - no CPU backend (started), nothing of ours is running
         return
-    for array in arrays:
-        try:
-            array.block_until_ready()
-        except Exception:  # noqa: BLE001 - a deleted or failed array has nothing left to wait for
-            pass
+    import time
+
+    # Polled with a deadline rather than blocked on: a computation waiting for a peer process that is gone
+    # (a collective) would otherwise hold the process at exit for ever.
+    deadline = time.monotonic() + _EXIT_WAIT_SECONDS
+    pending = list(arrays)
+    while pending and time.monotonic() < deadline:
+        pending = [a for a in pending if not _ready(a)]
+        if pending:
+            time.sleep(0.001)
+
+
+_EXIT_WAIT_SECONDS = 60.0
+
+
+def _ready(array) -> bool:
+    try:
+        return array.is_ready()
+    except Exception:  # noqa: BLE001 - a deleted or failed array has nothing left to wait for
+        return True
 
 
 def _wait_at_exit() -> None:
