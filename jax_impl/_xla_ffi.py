@@ -216,8 +216,8 @@ def _register(name: str, handle: Callable[[int], int | None]) -> None:
 
 
 def _finish_computations() -> None:
-    """Block until XLA has computed every live array: a computation still running when the interpreter
-    shuts down would call a Python handler that can no longer take the GIL, and the process would abort
+    """Wait (at most a minute) until XLA has computed every live array: a computation still running when
+    the interpreter shuts down would call a Python handler that can no longer take the GIL, and the process would abort
     ("terminate called without an active exception") or hang."""
     try:
         import jax
