@@ -15,8 +15,8 @@ under the environment's prefix); :func:`library` is ``None`` where it is
 absent, cannot be loaded, or ``JAX_IMPL_MKLDNN=0``. oneDNN's OpenMP runtime
 is the process's ``libgomp.so.1`` (torch's, when torch is loaded first).
 Each call runs one oneDNN thread per core on a part of the batch or of
-the channels, and calls are serialised by a lock: XLA may run two custom calls at once on its
-two threads, and each call already uses every core.
+the channels, and calls are serialised by a lock: XLA may run two custom
+calls at once on its two threads, and each call already uses every core.
 """
 
 from __future__ import annotations
@@ -167,6 +167,12 @@ def _nhwc_desc(shape: Sequence[int]) -> _P:
     return md
 
 
+def _out_size(x_shape, w_shape, stride, pads, dilation) -> tuple[int, int]:
+    """The output's spatial size, as torch computes it (``pads`` as ``((top, bottom), (left, right))``)."""
+    return tuple((x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
+                 for a in range(2))
+
+
 def _slice_desc(shape: Sequence[int], full: Sequence[int]) -> _P:
     """A descriptor of a ``shape`` block of a C-order array of shape ``full`` (a run of channels of it)."""
     if tuple(shape) == tuple(full):
@@ -263,9 +269,7 @@ class _Kernels:
                  full: tuple | None = None) -> None:
         lib, (engine, _) = library(), _engine()
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
-        out = [(x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
-               for a in range(2)]
-        self.y_shape = (x_shape[0], w_shape[0], *out)
+        self.y_shape = (x_shape[0], w_shape[0], *_out_size(x_shape, w_shape, stride, pads, dilation))
         # The plain arrays these operands are blocks of (a run of channels of a larger array), if any.
         x_full, w_full, y_full = full or (self.x_shape, self.w_shape, self.y_shape)
         x_plain, w_plain, y_plain = (_slice_desc(self.x_shape, x_full), _slice_desc(self.w_shape, w_full),
@@ -443,9 +447,7 @@ class Convolution:
             # Made on its lane: creating a primitive may run an OpenMP region on the creating thread.
             return _on_lane(lane, _Kernels, x_shape, w_shape, *geometry, full).result()
 
-        out = [(x_shape[2 + a] + pads[a][0] + pads[a][1] - dilation[a] * (w_shape[2 + a] - 1) - 1) // stride[a] + 1
-               for a in range(2)]
-        self.y_shape = (n, c_out, *out)
+        self.y_shape = (n, c_out, *_out_size(self.x_shape, self.w_shape, stride, pads, dilation))
         x_pixels, y_pixels = math.prod(self.x_shape[2:]), math.prod(self.y_shape[2:])
         by_channels = not channels_last and splits_channels(n * y_pixels, c_in, c_out)
         self.split = "channels" if by_channels else "batch"

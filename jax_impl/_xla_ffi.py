@@ -20,6 +20,7 @@ follows; the instantiate/prepare/initialize stages are no-ops.
 from __future__ import annotations
 
 import ctypes
+import time
 import traceback
 from collections.abc import Callable
 from typing import NamedTuple
@@ -161,9 +162,6 @@ def register_cpu_handler(name: str, kernel: Callable[[list[Buffer], list[Buffer]
     An exception inside ``kernel`` fails the computation with its message.
     Registering a name twice keeps the first handler.
     """
-    if name in _KEEP_ALIVE:
-        return
-
     def handle(frame_address: int) -> int | None:
         frame = _CallFrame.from_address(frame_address)
         try:
@@ -182,9 +180,6 @@ def register_cpu_no_op(name: str) -> None:
 
     It reads none of its buffers, so a call costs only the callback itself (no operand is decoded).
     """
-    if name in _KEEP_ALIVE:
-        return
-
     def handle(frame_address: int) -> None:
         _answered_metadata(_CallFrame.from_address(frame_address))
 
@@ -206,6 +201,9 @@ def _answered_metadata(frame: _CallFrame) -> bool:
 
 
 def _register(name: str, handle: Callable[[int], int | None]) -> None:
+    """Register ``handle(frame_address)`` as the CPU target ``name`` (once: a second registration is ignored)."""
+    if name in _KEEP_ALIVE:
+        return
     import jax
 
     if not _KEEP_ALIVE:
@@ -217,16 +215,14 @@ def _register(name: str, handle: Callable[[int], int | None]) -> None:
 
 def _finish_computations() -> None:
     """Wait (at most a minute) until XLA has computed every live array: a computation still running when
-    the interpreter shuts down would call a Python handler that can no longer take the GIL, and the process would abort
-    ("terminate called without an active exception") or hang."""
+    the interpreter shuts down would call a Python handler that can no longer take the GIL, and the
+    process would abort ("terminate called without an active exception") or hang."""
     try:
         import jax
 
         arrays = jax.extend.backend.get_backend("cpu").live_arrays()
     except Exception:  # noqa: BLE001 - no CPU backend (started), nothing of ours is running
         return
-    import time
-
     # Polled with a deadline rather than blocked on: a computation waiting for a peer process that is gone
     # (a collective) would otherwise hold the process at exit for ever.
     deadline = time.monotonic() + _EXIT_WAIT_SECONDS
