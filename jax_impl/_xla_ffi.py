@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["Buffer", "register_cpu_handler", "register_cpu_no_op"]
@@ -40,7 +41,8 @@ _ATTR_ARRAY, _ATTR_SCALAR = 1, 3
 _ERROR_INTERNAL = 13
 
 # XLA_FFI_DataType -> numpy dtype (the types a CPU kernel here handles).
-_DTYPES = {1: np.bool_, 4: np.int32, 5: np.int64, 10: np.float16, 11: np.float32, 12: np.float64, 16: "bfloat16"}
+_DTYPES = {1: np.bool_, 4: np.int32, 5: np.int64, 10: np.float16, 11: np.float32, 12: np.float64, 16: ml_dtypes.bfloat16}
+_NP_DTYPES = {code: np.dtype(name) for code, name in _DTYPES.items()}  # made once: a handler decodes every call
 
 
 class _ExtensionBase(ctypes.Structure):
@@ -117,10 +119,11 @@ class Buffer(NamedTuple):
 
 
 def _buffers(operands: _Operands) -> list[Buffer]:
+    values = operands.values
     out = []
     for i in range(operands.size):
-        b = _Buffer.from_address(operands.values[i])
-        out.append(Buffer(b.data or 0, tuple(b.dims[d] for d in range(b.rank)), np.dtype(_DTYPES.get(b.dtype, "V"))))
+        b = _Buffer.from_address(values[i])
+        out.append(Buffer(b.data or 0, tuple(b.dims[:b.rank]), _NP_DTYPES.get(b.dtype) or np.dtype("V")))
     return out
 
 
@@ -132,11 +135,11 @@ def _attributes(attrs: _Attrs) -> dict[str, object]:
         kind = attrs.types[i]
         if kind == _ATTR_ARRAY:
             a = _Array.from_address(attrs.values[i])
-            dtype = np.dtype(_DTYPES[a.dtype])
+            dtype = _NP_DTYPES[a.dtype]
             out[name] = np.frombuffer(ctypes.string_at(a.data, a.size * dtype.itemsize), dtype).copy()
         elif kind == _ATTR_SCALAR:
             s = _Scalar.from_address(attrs.values[i])
-            dtype = np.dtype(_DTYPES[s.dtype])
+            dtype = _NP_DTYPES[s.dtype]
             out[name] = np.frombuffer(ctypes.string_at(s.value, dtype.itemsize), dtype)[0].item()
     return out
 

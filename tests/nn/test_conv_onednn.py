@@ -339,3 +339,27 @@ def test_lanes_are_kept_one_per_core_unless_turned_off():
         lanes, cpus = json.loads(out.stdout)
         assert len(lanes) == len(cpus)
         assert lanes == ([[c] for c in cpus] if pin == "1" else [cpus] * len(cpus))
+
+
+def test_the_caller_runs_one_part_and_keeps_its_openmp_threads(monkeypatch):
+    """A call hands every part but one to the lanes; the calling thread runs the part of the core it is
+    on, single-threaded, and its OpenMP thread count (torch's, on a user's main thread) is put back. The
+    result is the same as with every part on a lane (the parts are the same oneDNN calls)."""
+    from jax_impl import _onednn as library
+
+    conv = library.convolution((4, 64, 12, 12), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
+    x = np.random.default_rng(0).standard_normal(conv.x_shape, dtype=np.float32)
+    w = np.random.default_rng(1).standard_normal(conv.w_shape, dtype=np.float32)
+    mine, handed = np.empty(conv.y_shape, np.float32), np.empty(conv.y_shape, np.float32)
+    submitted = []
+    real_on_lane = library._on_lane
+    monkeypatch.setattr(library, "_on_lane", lambda i, *call: submitted.append(i) or real_on_lane(i, *call))
+    threads = torch.get_num_threads()
+    conv.forward(x.ctypes.data, w.ctypes.data, mine.ctypes.data)
+    assert library.library().omp_get_max_threads() == threads == torch.get_num_threads()
+    parts = min(library.workers(), 4)
+    assert len(submitted) == parts - 1
+    monkeypatch.setattr(library, "_own_part", lambda parts: -1)  # no part is the caller's: all on lanes
+    monkeypatch.setattr(library, "_run_here", lambda fn, *args: None)
+    conv.forward(x.ctypes.data, w.ctypes.data, handed.ctypes.data)
+    np.testing.assert_array_equal(mine, handed)
