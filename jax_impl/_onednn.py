@@ -235,12 +235,18 @@ class _Primitive:
         md = lib.dnnl_primitive_desc_query_md(pd, _QUERY_SCRATCHPAD, 0)
         self.scratchpad = _memory(md) if md and lib.dnnl_memory_desc_get_size(md) > 0 else None
 
-    def execute(self, args: Sequence[tuple[int, _P]]) -> None:
+    def bound(self, args: Sequence[tuple[int, _P]]) -> Callable[[], None]:
+        """Its execution on these memory objects, the argument list packed once: a call then changes
+        only their data handles (:meth:`_Operand.bind`), and a step's Python work stays small."""
         if self.scratchpad is not None:
             args = [*args, (_ARG_SCRATCHPAD, self.scratchpad)]
         packed = (_ExecArg * len(args))(*[_ExecArg(k, v) for k, v in args])
-        _check(library().dnnl_primitive_execute(self.handle, _engine()[1], len(args), ctypes.cast(packed, _P)),
-               "execution")
+        execute, handle, stream, count = library().dnnl_primitive_execute, self.handle, _engine()[1], len(args)
+
+        def run() -> None:
+            _check(execute(handle, stream, count, packed), "execution")
+
+        return run
 
 
 class _Operand:
@@ -266,15 +272,19 @@ class _Operand:
                                                           _user_scratchpad()), "reorder")
             self.reorder = _Primitive(pd)
         self.to_primitive = to_primitive
+        self._reorder = None
+        if self.reorder is not None:
+            ends = (self.user, self.inner) if to_primitive else (self.inner, self.user)
+            self._reorder = self.reorder.bound([(_ARG_FROM, ends[0]), (_ARG_TO, ends[1])])
 
     def bind(self, address: int) -> None:
         _quick().dnnl_memory_set_data_handle(self.user, _P(address))
-        if self.reorder is not None and self.to_primitive:
-            self.reorder.execute([(_ARG_FROM, self.user), (_ARG_TO, self.inner)])
+        if self._reorder is not None and self.to_primitive:
+            self._reorder()
 
     def finish(self) -> None:
-        if self.reorder is not None and not self.to_primitive:
-            self.reorder.execute([(_ARG_FROM, self.inner), (_ARG_TO, self.user)])
+        if self._reorder is not None and not self.to_primitive:
+            self._reorder()
 
 
 class _Kernels:
@@ -316,6 +326,7 @@ class _Kernels:
                              _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True, plain=w_plain),
                              _Operand(self.y_shape, md(fwd, _QUERY_DST), False, plain=y_any))),
             }
+            self._bound = self._bind_steps()
             return
         bwd_data, bwd_weights = _P(), _P()
         _check(lib.dnnl_convolution_backward_data_primitive_desc_create(
@@ -339,13 +350,19 @@ class _Kernels:
                              _Operand(self.y_shape, md(bwd_weights, _QUERY_DIFF_DST), True, plain=y_plain),
                              _Operand(self.w_shape, md(bwd_weights, _QUERY_DIFF_WEIGHTS), False, plain=w_plain))),
         }
+        self._bound = self._bind_steps()
+
+    def _bind_steps(self) -> dict:
+        """Per step, the primitive's execution on its operands' memory objects, packed once, and the operands."""
+        return {step: (prim.bound([(arg, op.inner) for arg, op in zip(args, ops)]), ops)
+                for step, (prim, args, ops) in self.steps.items()}
 
     def run(self, step: str, a: int, b: int, out: int) -> None:
-        prim, (a_arg, b_arg, out_arg), (op_a, op_b, op_out) = self.steps[step]
+        execute, (op_a, op_b, op_out) = self._bound[step]
         op_a.bind(a)
         op_b.bind(b)
         op_out.bind(out)
-        prim.execute([(a_arg, op_a.inner), (b_arg, op_b.inner), (out_arg, op_out.inner)])
+        execute()
         op_out.finish()
         _quick().dnnl_stream_wait(_engine()[1])
 
