@@ -22,12 +22,12 @@ calls at once on its two threads, and each call already uses every core.
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import functools
 import glob
 import math
 import os
+import queue
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -398,23 +398,76 @@ def _start_lane(cpu: int) -> None:
             pass
 
 
-_LANES: list = [None, [], []]  # (pid, executors, their CPUs): a forked child starts its own threads
+class _Job:
+    """A part handed to a lane: ``fn(*args)``, and a lock its caller blocks on until the lane has run it."""
+
+    __slots__ = ("_fn", "_args", "_done", "_error", "_value")
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        self._fn, self._args, self._error, self._value = fn, args, None, None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def run(self) -> None:
+        try:
+            self._value = self._fn(*self._args)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller, by result()
+            self._error = exc
+        finally:
+            self._done.release()
+
+    def wait(self) -> None:
+        """Block until the lane has run the part."""
+        with self._done:
+            pass
+
+    def result(self):
+        """The part's return value, or its exception raised here, once it has run."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
-def _lanes() -> list[concurrent.futures.ThreadPoolExecutor]:
-    """One single-threaded executor per core this process may use; part ``i`` of every call runs on lane ``i``."""
+class _Lane:
+    """A thread that runs the parts handed to it, one at a time, kept on one core.
+
+    Lighter than a one-thread ``ThreadPoolExecutor`` (a queue and a lock per part): every conv hands
+    parts over, and on a step of small convs the Python of the hand-over shows. The thread is a daemon:
+    it holds nothing to flush, and ``_xla_ffi`` waits for running computations before the interpreter
+    shuts down.
+    """
+
+    def __init__(self, index: int, cpu: int) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, args=(cpu,), name=f"jax_impl-onednn-{index}", daemon=True).start()
+
+    def _serve(self, cpu: int) -> None:
+        _start_lane(cpu)
+        while True:
+            self._jobs.get().run()
+
+    def submit(self, fn: Callable, *args) -> _Job:
+        job = _Job(fn, args)
+        self._jobs.put(job)
+        return job
+
+
+_LANES: list = [None, [], []]  # (pid, lanes, their CPUs): a forked child starts its own threads
+
+
+def _lanes() -> list[_Lane]:
+    """One lane per core this process may use; part ``i`` of every call runs on lane ``i``."""
     if _LANES[0] != os.getpid():
         try:
             cpus = sorted(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - not Linux
             cpus = list(range(workers()))
-        _LANES[:] = [os.getpid(), [concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"jax_impl-onednn-{i}", initializer=_start_lane, initargs=(cpu,))
-            for i, cpu in enumerate(cpus)], cpus]
+        _LANES[:] = [os.getpid(), [_Lane(i, cpu) for i, cpu in enumerate(cpus)], cpus]
     return _LANES[1]
 
 
-def _on_lane(i: int, fn: Callable, *args) -> concurrent.futures.Future:
+def _on_lane(i: int, fn: Callable, *args) -> _Job:
     lanes = _lanes()
     return lanes[i % len(lanes)].submit(fn, *args)
 
@@ -571,13 +624,14 @@ class Convolution:
         # under the lock too: a second caller (another device of this process) would overwrite them.
         with self._lock:
             own = _own_part(len(calls))
-            futures = [_on_lane(i, *call) for i, call in enumerate(calls) if i != own]
+            jobs = [_on_lane(i, *call) for i, call in enumerate(calls) if i != own]
             try:
                 _run_here(*calls[own])
             finally:
-                concurrent.futures.wait(futures)  # every lane done before the lock is let go, even on an error
-            for future in futures:
-                future.result()
+                for job in jobs:
+                    job.wait()  # every lane done before the lock is let go, even on an error
+            for job in jobs:
+                job.result()
             if then is not None:
                 then()
 

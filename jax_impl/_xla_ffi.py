@@ -247,8 +247,9 @@ def _ready(array) -> bool:
 
 
 def _wait_at_exit() -> None:
-    # threading's exit hooks run before the interpreter joins its threads' executors (the oneDNN lanes a
-    # handler may still need) and long before it finalizes; plain atexit hooks run after the former.
+    # threading's exit hooks run before the interpreter joins its threads and executors (whose workers a
+    # handler may still need) and long before it finalizes, when the oneDNN lanes (daemon threads) stop;
+    # plain atexit hooks run after the former.
     import concurrent.futures.thread  # noqa: F401 - its exit hook (joining the executors) then runs after ours
     import threading
 
