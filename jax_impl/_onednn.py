@@ -133,7 +133,8 @@ def _quick() -> ctypes.PyDLL:
 
     ctypes lets go of the GIL around every foreign call and takes it back after; with a conv's parts
     running on two threads, taking it back often waits for the other thread and a wake-up. Calls this
-    short keep it: the LeNet and MNIST-example train steps measured 5-8% faster.
+    short keep it; the reorders, which take longer, let go of it (docs/notes.md, "The GIL between
+    oneDNN's calls").
     """
     lib = library()
     quick = ctypes.PyDLL(lib._name)
@@ -430,7 +431,7 @@ class _Job:
 
 
 class _Lane:
-    """A thread that runs the parts handed to it, one at a time, kept on one core.
+    """A thread that runs the parts handed to it, one at a time, kept on one core (:func:`_start_lane`).
 
     Lighter than a one-thread ``ThreadPoolExecutor`` (a queue and a lock per part): every conv hands
     parts over, and on a step of small convs the Python of the hand-over shows. The thread is a daemon:
@@ -619,9 +620,9 @@ class Convolution:
 
     def _parallel(self, calls, then: Callable[[], None] | None = None) -> None:
         # The calling XLA thread runs the part of the core it is on (`_own_part`) and sleeps for the rest:
-        # one hand-over fewer per call than all parts on lanes (the ResNet-18 batch-4 224x224 and LeNet
-        # steps 3-5% faster). `then` reads what the parts wrote into this object's own buffers, so it runs
-        # under the lock too: a second caller (another device of this process) would overwrite them.
+        # one hand-over, and one wake-up, fewer per call than all parts on lanes. `then` reads what the
+        # parts wrote into this object's own buffers, so it runs under the lock too: a second caller
+        # (another device of this process) would overwrite them.
         with self._lock:
             own = _own_part(len(calls))
             jobs = [_on_lane(i, *call) for i, call in enumerate(calls) if i != own]
