@@ -363,3 +363,28 @@ def test_the_caller_runs_one_part_and_keeps_its_openmp_threads(monkeypatch):
     monkeypatch.setattr(library, "_run_here", lambda fn, *args: None)
     conv.forward(x.ctypes.data, w.ctypes.data, handed.ctypes.data)
     np.testing.assert_array_equal(mine, handed)
+
+
+def test_a_failing_part_fails_the_call_after_every_part_has_run():
+    """An error in a lane's part is raised in the caller, once the other parts (the caller's own included)
+    have finished: none still writes into XLA's buffers after the call has returned."""
+    import time
+
+    from jax_impl import _onednn as library
+
+    conv = library.convolution((4, 64, 12, 12), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
+    finished = []
+
+    def slow(i):
+        time.sleep(0.05)
+        finished.append(i)
+
+    def fail(i):
+        raise ValueError(f"part {i}")
+
+    parts = max(2, library.workers())
+    own = library._own_part(parts)
+    calls = [(slow, i) if i == own else (fail, i) for i in range(parts)]
+    with pytest.raises(ValueError, match="part"):
+        conv._parallel(calls)
+    assert finished == [own]
