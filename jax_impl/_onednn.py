@@ -262,8 +262,9 @@ class _Operand:
         lib = library()
         plain = _desc(shape, _FORMAT_ABCD) if plain is None else plain
         self.user = _memory(plain, _P(0))
-        self.reorder = None
         self.inner = self.user
+        # The reorder, packed once, into the primitive's layout (run by bind) or out of it (run by finish).
+        self._reorder_in = self._reorder_out = None
         if not lib.dnnl_memory_desc_equal(plain, chosen):
             self.inner = _memory(chosen)
             src, dst = (plain, chosen) if to_primitive else (chosen, plain)
@@ -271,21 +272,28 @@ class _Operand:
             engine = _engine()[0]
             _check(lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src, engine, dst, engine,
                                                           _user_scratchpad()), "reorder")
-            self.reorder = _Primitive(pd)
-        self.to_primitive = to_primitive
-        self._reorder = None
-        if self.reorder is not None:
             ends = (self.user, self.inner) if to_primitive else (self.inner, self.user)
-            self._reorder = self.reorder.bound([(_ARG_FROM, ends[0]), (_ARG_TO, ends[1])])
+            reorder = _Primitive(pd).bound([(_ARG_FROM, ends[0]), (_ARG_TO, ends[1])])
+            if to_primitive:
+                self._reorder_in = reorder
+            else:
+                self._reorder_out = reorder
 
     def bind(self, address: int) -> None:
         _quick().dnnl_memory_set_data_handle(self.user, _P(address))
-        if self._reorder is not None and self.to_primitive:
-            self._reorder()
+        if self._reorder_in is not None:
+            self._reorder_in()
 
     def finish(self) -> None:
-        if self._reorder is not None and not self.to_primitive:
-            self._reorder()
+        if self._reorder_out is not None:
+            self._reorder_out()
+
+
+def _bind_steps(steps: dict) -> dict:
+    """``{step: (primitive, argument kinds, operands)}`` -> ``{step: (its execution on the operands' memory
+    objects, packed once, operands)}``."""
+    return {step: (prim.bound([(arg, op.inner) for arg, op in zip(args, ops)]), ops)
+            for step, (prim, args, ops) in steps.items()}
 
 
 class _Kernels:
@@ -321,13 +329,12 @@ class _Kernels:
         md = lambda pd, what: lib.dnnl_primitive_desc_query_md(pd, what, 0)  # noqa: E731
         if channels_last:
             self.pds = (fwd,)
-            self.steps = {
+            self._steps = _bind_steps({
                 "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
                             (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True, plain=x_any),
                              _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True, plain=w_plain),
                              _Operand(self.y_shape, md(fwd, _QUERY_DST), False, plain=y_any))),
-            }
-            self._bound = self._bind_steps()
+            })
             return
         bwd_data, bwd_weights = _P(), _P()
         _check(lib.dnnl_convolution_backward_data_primitive_desc_create(
@@ -337,7 +344,7 @@ class _Kernels:
             ctypes.byref(bwd_weights), engine, _CONVOLUTION_DIRECT, x_any, w_any, None, y_any, *geometry, fwd,
             _user_scratchpad()), "convolution backward weights")
         self.pds = (fwd, bwd_data, bwd_weights)
-        self.steps = {
+        self._steps = _bind_steps({
             "forward": (_Primitive(fwd), (_ARG_SRC, _ARG_WEIGHTS, _ARG_DST),
                         (_Operand(self.x_shape, md(fwd, _QUERY_SRC), True, plain=x_plain),
                          _Operand(self.w_shape, md(fwd, _QUERY_WEIGHTS), True, plain=w_plain),
@@ -350,16 +357,10 @@ class _Kernels:
                             (_Operand(self.x_shape, md(bwd_weights, _QUERY_SRC), True, plain=x_plain),
                              _Operand(self.y_shape, md(bwd_weights, _QUERY_DIFF_DST), True, plain=y_plain),
                              _Operand(self.w_shape, md(bwd_weights, _QUERY_DIFF_WEIGHTS), False, plain=w_plain))),
-        }
-        self._bound = self._bind_steps()
-
-    def _bind_steps(self) -> dict:
-        """Per step, the primitive's execution on its operands' memory objects, packed once, and the operands."""
-        return {step: (prim.bound([(arg, op.inner) for arg, op in zip(args, ops)]), ops)
-                for step, (prim, args, ops) in self.steps.items()}
+        })
 
     def run(self, step: str, a: int, b: int, out: int) -> None:
-        execute, (op_a, op_b, op_out) = self._bound[step]
+        execute, (op_a, op_b, op_out) = self._steps[step]
         op_a.bind(a)
         op_b.bind(b)
         op_out.bind(out)

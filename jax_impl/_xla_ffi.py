@@ -40,9 +40,9 @@ _STAGE_EXECUTE = 3
 _ATTR_ARRAY, _ATTR_SCALAR = 1, 3
 _ERROR_INTERNAL = 13
 
-# XLA_FFI_DataType -> numpy dtype (the types a CPU kernel here handles).
-_DTYPES = {1: np.bool_, 4: np.int32, 5: np.int64, 10: np.float16, 11: np.float32, 12: np.float64, 16: ml_dtypes.bfloat16}
-_NP_DTYPES = {code: np.dtype(name) for code, name in _DTYPES.items()}  # made once: a handler decodes every call
+# XLA_FFI_DataType -> numpy dtype (the types a CPU kernel here handles), made once: a handler decodes every call.
+_DTYPES = {code: np.dtype(t) for code, t in {1: np.bool_, 4: np.int32, 5: np.int64, 10: np.float16, 11: np.float32,
+                                              12: np.float64, 16: ml_dtypes.bfloat16}.items()}
 
 
 class _ExtensionBase(ctypes.Structure):
@@ -123,7 +123,7 @@ def _buffers(operands: _Operands) -> list[Buffer]:
     out = []
     for i in range(operands.size):
         b = _Buffer.from_address(values[i])
-        out.append(Buffer(b.data or 0, tuple(b.dims[:b.rank]), _NP_DTYPES.get(b.dtype) or np.dtype("V")))
+        out.append(Buffer(b.data or 0, tuple(b.dims[:b.rank]), _DTYPES.get(b.dtype) or np.dtype("V")))
     return out
 
 
@@ -135,11 +135,11 @@ def _attributes(attrs: _Attrs) -> dict[str, object]:
         kind = attrs.types[i]
         if kind == _ATTR_ARRAY:
             a = _Array.from_address(attrs.values[i])
-            dtype = _NP_DTYPES[a.dtype]
+            dtype = _DTYPES[a.dtype]
             out[name] = np.frombuffer(ctypes.string_at(a.data, a.size * dtype.itemsize), dtype).copy()
         elif kind == _ATTR_SCALAR:
             s = _Scalar.from_address(attrs.values[i])
-            dtype = _NP_DTYPES[s.dtype]
+            dtype = _DTYPES[s.dtype]
             out[name] = np.frombuffer(ctypes.string_at(s.value, dtype.itemsize), dtype)[0].item()
     return out
 
