@@ -30,6 +30,26 @@ def test_console_script_is_installed():
     assert result.returncode == 0 and "parity" in result.stdout
 
 
+def test_a_finished_command_runs_every_exit_handler_then_ends_with_its_code(tmp_path):
+    """``console`` skips the interpreter's teardown only after every other exit handler ran and the piped
+    output was flushed; the command's exit code is the process's."""
+    marker = tmp_path / "handler_ran"
+    code = (
+        "import atexit, sys\n"
+        "import parity.cli as cli\n"
+        "def main():\n"
+        f"    atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
+        "    print('x' * 100000)\n"
+        "    return 2\n"
+        "cli.main = main\n"
+        "cli.console()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "x" * 100000 + "\n"
+    assert marker.read_text() == "yes"
+
+
 def test_validate_shipped_configs():
     files = sorted(str(p) for p in (ROOT / "configs").glob("*.yaml"))
     result = run("config", "validate", *files)
