@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
 from parity.files import atomic_write
 
-__all__ = ["EpochRecord", "RunReport", "render_markdown", "report_from_dict", "strict_json", "write_report"]
+__all__ = ["EpochRecord", "RunReport", "preload_plotting", "render_markdown", "report_from_dict", "strict_json", "write_report"]
 
 
 @dataclasses.dataclass
@@ -189,13 +190,28 @@ def write_report(report: RunReport, folder: str | Path) -> None:
     _plots(report, folder)
 
 
+def preload_plotting() -> None:
+    """Import matplotlib (about half a second) on a daemon thread, so that :func:`write_report` finds it loaded.
+
+    Called as a run's training starts: the import then takes its turns at the interpreter while the
+    training steps run in torch's and XLA's kernels, which let go of it, instead of after the last step.
+    """
+    threading.Thread(target=_import_pyplot, name="parity-preload-matplotlib", daemon=True).start()
+
+
+def _import_pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: the figures only become PNG files
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _plots(report: RunReport, folder: Path) -> None:
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _import_pyplot()
 
     steps = [s["step"] for s in report.steps]
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -38,7 +38,7 @@ from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
 from parity.floor import FloorReference, divergence_message, judge
 from parity.progress import Phases, step_bar
-from parity.report import EpochRecord, RunReport, report_from_dict, write_report
+from parity.report import EpochRecord, RunReport, preload_plotting, report_from_dict, write_report
 from parity.torch_step import autocast_context, micro_batch_groups, model_input, step_loss, torch_train_step
 
 __all__ = ["DivergenceError", "run_single"]
@@ -232,6 +232,8 @@ def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int 
     # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.
     jax_random.set_rng_state(torch.get_rng_state().numpy())
     mode = getattr(cfg.train, "checkpoint", "every")
+    if folder is not None:
+        preload_plotting()
     with step_bar(progress) as bar:
         task = bar.add_task(cfg.name, total=total, info="")
         bar.update(task, completed=min(step, total))
