@@ -177,12 +177,14 @@ def _state(exp: Experiment) -> tuple[Any, Any]:
     return graphdef, TrainState(params, rest, exp.opt_state)
 
 
-def _compile(exp: Experiment, phases: Phases, horizon: int | None = None) -> Any:
+def _compile(exp: Experiment, phases: Phases, horizon: int | None = None, steps_left: int | None = None) -> Any:
     """The JAX step, compiled for the epoch's batch shapes (full, and the last partial one) before the bar starts.
 
     ``horizon``: the run's last optimizer count + 1; the optimizer then tabulates its host scalars for
     every step of the run and compiles no host callback (``jax_impl.optim.fixed_horizon``), so that the
-    step can be kept in JAX's persistent compilation cache.
+    step can be kept in JAX's persistent compilation cache. ``steps_left``: the steps this run will take
+    from the start of an epoch; a run shorter than an epoch (``--steps``) never meets the partial batch,
+    whose compile (a second trace of the step) is then skipped.
     """
     import jax.numpy as jnp
 
@@ -193,7 +195,8 @@ def _compile(exp: Experiment, phases: Phases, horizon: int | None = None) -> Any
     rng = jax_random.get_rng_state()
     x, y = loader.dataset[0]
     batch = loader.batch_size or 1
-    sizes = {batch} | ({len(loader.dataset) % batch} if not loader.drop_last else set())
+    partial = not loader.drop_last and (steps_left is None or steps_left >= exp.steps_per_epoch)
+    sizes = {batch} | ({len(loader.dataset) % batch} if partial else set())
     start = time.perf_counter()
     phases("compiling the JAX train step")
     graphdef, state = _state(exp)
@@ -226,7 +229,7 @@ def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int 
     cfg = exp.config
     # A resumed run may carry a float32 scalar state (NAdam, ASGD) that a table from the initial one does
     # not predict (--allow-config-change): it keeps the optimizer's host callback.
-    jax_step = _compile(exp, phases, total if step == 0 else None) if only != "torch" else None
+    jax_step = _compile(exp, phases, total if step == 0 else None, total - step) if only != "torch" else None
     if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
         exp.floor = FloorReference(exp)
     # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.

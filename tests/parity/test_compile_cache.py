@@ -42,15 +42,15 @@ def test_an_unwritable_location_runs_without_the_cache(tmp_path):
 @pytest.mark.slow  # ~20 s: two short parity runs
 def test_a_second_run_reads_its_train_step_back(tmp_path, monkeypatch, capsys):
     """The default config's step (Adam, StepLR: an open scalar table that would keep a host callback) is
-    traced inside the run's fixed horizon, so JAX caches it: the second run finds both of its train
-    steps (full and last partial batch) in the cache."""
+    traced inside the run's fixed horizon, so JAX caches it: the second run finds its train step in the
+    cache. Three steps never reach the epoch's partial last batch: its step is not compiled at all."""
     monkeypatch.setenv("PARITY_CACHE_DIR", str(tmp_path / "cache"))
     args = ["run", "--steps", "3", "--runs-dir", str(tmp_path / "runs")]
     jax.clear_caches()  # what earlier tests compiled in this process is compiled (and cached) again
     assert main(args) == 0
     assert "(compilation cache: " in capsys.readouterr().err
     steps = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("jit_step"))
-    assert len(steps) == 2
+    assert len(steps) == 1
     jax.clear_caches()  # as a new process would: every compile of the second run asks the persistent cache
     hits = []
     listener = lambda event, **kwargs: hits.append(event)  # noqa: E731
@@ -59,7 +59,7 @@ def test_a_second_run_reads_its_train_step_back(tmp_path, monkeypatch, capsys):
         assert main(args) == 0
     finally:
         jax.monitoring.unregister_event_listener(listener)
-    assert hits.count("/jax/compilation_cache/cache_hits") >= 2  # both train steps read back
+    assert hits.count("/jax/compilation_cache/cache_hits") >= 1  # the train step read back
     # ... and so is every other compile of the run (eval forwards, the eager operations): none compiles again.
     assert hits.count("/jax/compilation_cache/cache_hits") == hits.count(
         "/jax/compilation_cache/compile_requests_use_cache")
