@@ -16,7 +16,10 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 # `parity run` keeps compiled steps in a persistent cache (parity/compile_cache.py): the tests' runs share
-# one of their own, never the user's ~/.cache, and it goes when the session ends.
-if "PARITY_CACHE_DIR" not in os.environ:
+# one of their own, never the user's ~/.cache, and it goes when the session ends. Each pytest-xdist
+# worker makes its own (a worker inherits the environment of the process that started it).
+_OWNER = "PARITY_TEST_CACHE_OWNER"
+if "PARITY_CACHE_DIR" not in os.environ or os.environ.get(_OWNER, str(os.getpid())) != str(os.getpid()):
     os.environ["PARITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="parity-test-cache-")
+    os.environ[_OWNER] = str(os.getpid())
     atexit.register(shutil.rmtree, os.environ["PARITY_CACHE_DIR"], ignore_errors=True)
