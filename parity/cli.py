@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import errno
+import logging
 import os
 import sys
 import tempfile
@@ -402,8 +403,7 @@ def console() -> None:
     def end_now() -> None:
         if not exit_code:
             return
-        if "logging" in sys.modules:
-            sys.modules["logging"].shutdown()
+        logging.shutdown()  # its own exit handler may be registered before this one: flushed here either way
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -177,14 +177,15 @@ def _state(exp: Experiment) -> tuple[Any, Any]:
     return graphdef, TrainState(params, rest, exp.opt_state)
 
 
-def _compile(exp: Experiment, phases: Phases, horizon: int | None = None, steps_left: int | None = None) -> Any:
+def _compile(exp: Experiment, phases: Phases, total: int, step: int) -> Any:
     """The JAX step, compiled for the epoch's batch shapes (full, and the last partial one) before the bar starts.
 
-    ``horizon``: the run's last optimizer count + 1; the optimizer then tabulates its host scalars for
-    every step of the run and compiles no host callback (``jax_impl.optim.fixed_horizon``), so that the
-    step can be kept in JAX's persistent compilation cache. ``steps_left``: the steps this run will take
-    from the start of an epoch; a run shorter than an epoch (``--steps``) never meets the partial batch,
-    whose compile (a second trace of the step) is then skipped.
+    A run from step 0 to ``total`` traces the step inside ``jax_impl.optim.fixed_horizon(total)``: the
+    optimizer tabulates its host scalars for every step of the run and compiles no host callback, so that
+    the step can be kept in JAX's persistent compilation cache. (A resumed run may carry a float32 scalar
+    state, NAdam's or ASGD's, that a table from the initial one does not predict, with
+    ``--allow-config-change``: it keeps the callback.) A run of fewer steps than an epoch from ``step``
+    (``--steps``) never meets the partial batch, whose compile (a second trace of the step) is skipped.
     """
     import jax.numpy as jnp
 
@@ -195,7 +196,8 @@ def _compile(exp: Experiment, phases: Phases, horizon: int | None = None, steps_
     rng = jax_random.get_rng_state()
     x, y = loader.dataset[0]
     batch = loader.batch_size or 1
-    partial = not loader.drop_last and (steps_left is None or steps_left >= exp.steps_per_epoch)
+    horizon = total if step == 0 else None
+    partial = not loader.drop_last and total - step >= exp.steps_per_epoch
     sizes = {batch} | ({len(loader.dataset) % batch} if partial else set())
     start = time.perf_counter()
     phases("compiling the JAX train step")
@@ -227,9 +229,7 @@ def _cache_note() -> str:
 def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int | None, total: int,
            folder: Path | None, phases: Phases, progress: bool, start_epoch: int, step: int) -> None:
     cfg = exp.config
-    # A resumed run may carry a float32 scalar state (NAdam, ASGD) that a table from the initial one does
-    # not predict (--allow-config-change): it keeps the optimizer's host callback.
-    jax_step = _compile(exp, phases, total if step == 0 else None, total - step) if only != "torch" else None
+    jax_step = _compile(exp, phases, total, step) if only != "torch" else None
     if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
         exp.floor = FloorReference(exp)
     # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.
