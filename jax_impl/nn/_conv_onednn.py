@@ -29,6 +29,7 @@ from jax.interpreters import ad, batching, mlir
 
 from jax_impl import _onednn, _xla_ffi
 from jax_impl.nn import _conv_xla
+from jax_impl.nn._materialize import results_in_memory
 
 __all__ = ["conv2d", "conv2d_nhwc", "registered"]
 
@@ -100,6 +101,8 @@ def _jitted(kind: str, *, geometry, out_shape):
 _PRIMITIVES = {kind: _primitive(kind) for kind in _TARGETS}
 _forward, _input_grad, _weight_grad, _forward_nhwc = (
     _PRIMITIVES[k] for k in ("forward", "input_grad", "weight_grad", "forward_nhwc"))
+# Each writes its result into its own XLA buffer: a BatchNorm reading it need not copy it first.
+results_in_memory(*_PRIMITIVES.values())
 
 
 def _bind(prim: Primitive, a, b, geometry, out_shape):

@@ -11,7 +11,13 @@ prod(spatial)`` values:
   tracked);
 - eval: ``invstd = 1 / sqrt(rv + eps)`` with ``mean = rm``;
 - then ``alpha = invstd * weight``, ``beta = bias - mean * alpha`` and
-  ``y = x * alpha + beta``.
+  ``y = x * alpha + beta``;
+- backward in training (``batch_norm_cpu_backward_contiguous_impl``), with
+  ``sum = sum(dy)`` and ``dotp = sum((x - mean) * dy)`` per channel:
+  ``dx = (dy - sum / n - (x - mean) * dotp * invstd^2 / n) * invstd * weight``,
+  ``dweight = dotp * invstd``, ``dbias = sum``. It is the transpose of the
+  custom JVP of :func:`batch_norm`'s training path, so forward-mode and
+  higher-order derivatives work as well.
 
 torch accumulates float32 sums and the running-stat update in double; here
 they are float32 unless jax x64 is on, which differs from torch by a few ULP
@@ -25,9 +31,12 @@ new_running_var)``, the inputs unchanged where torch would not update them.
 from __future__ import annotations
 
 import math
+from functools import partial
 
+import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from jax_impl.nn._materialize import kept_in_memory
 
@@ -83,6 +92,58 @@ def _update(running, stat, momentum):
     return momentum * stat.astype(running.dtype) + (1 - momentum) * running
 
 
+@partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _train_normalize(x, weight, bias, eps: float):
+    """Training-mode ``(y, mean, var_sum)`` with batch statistics."""
+    mean, invstd, var_sum = batch_norm_stats(x, eps)
+    return _normalize(x, mean, invstd, weight, bias), mean, var_sum
+
+
+def _is_zero(t) -> bool:
+    return t is None or isinstance(t, SymbolicZero)
+
+
+def _train_normalize_jvp(eps, primals, tangents):
+    # The tangent is written so that its transpose is torch's backward
+    # (batch_norm_cpu_backward_contiguous_impl) with its two reductions of the
+    # output's cotangent g: sum = sum(g) and dotp = sum((x - mean) * g), then
+    #   dx = (g - sum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w,
+    #   dw = dotp * invstd, db = sum.
+    # Each full-size term is a full-size array times one per-channel factor that
+    # gathers every tangent, so the transpose reduces g and (x - mean) * g once
+    # each; a second form of either would be a second pass over the activation.
+    x, weight, bias = primals
+    dx, dw, db = tangents
+    axes = (0, *range(2, x.ndim))
+    n = x.size // x.shape[1]
+    mean, invstd, var_sum = batch_norm_stats(x, eps)
+    y = _normalize(x, mean, invstd, weight, bias)
+    centred = x - _channel_view(mean, x.ndim)
+    scale = invstd if weight is None else invstd * weight
+    shift = jnp.zeros_like(mean)        # per-channel tangent added to every value
+    slope = jnp.zeros_like(mean)        # per-channel tangent times (x - mean)
+    dy = None
+    dmean = dvar_sum = jnp.zeros_like(mean)
+    if not _is_zero(dx):
+        dsum = jnp.sum(dx, axis=axes)
+        ddotp = jnp.sum(centred * dx, axis=axes)
+        dy = dx * _channel_view(scale, x.ndim)
+        shift = shift - dsum * (scale / n)
+        slope = slope - ddotp * (scale * invstd * invstd / n)
+        dmean = dsum / n
+        dvar_sum = 2 * ddotp
+    if not _is_zero(dw):
+        slope = slope + dw * invstd
+    if not _is_zero(db):
+        shift = shift + db
+    rest = centred * _channel_view(slope, x.ndim) + _channel_view(shift, x.ndim)
+    dy = rest if dy is None else dy + rest
+    return (y, mean, var_sum), (dy, dmean, dvar_sum)
+
+
+_train_normalize.defjvp(_train_normalize_jvp, symbolic_zeros=True)
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum=0.1, eps: float = 1e-5):
     """``torch.nn.functional.batch_norm`` returning ``(y, new_running_mean, new_running_var)``.
@@ -112,12 +173,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         # memory, else XLA:CPU fuses its producer into each read, e.g. the transpose out of a
         # convolution's NHWC result (measured on XLA:CPU: a ResNet-18 train step ~10% faster).
         x = kept_in_memory(x)
-        mean, invstd, var_sum = batch_norm_stats(x, eps)
+        y, mean, var_sum = _train_normalize(x, weight, bias, eps)
         n = x.size // x.shape[1]
         # torch divides by n - 1 even for n == 1 only if the size check passed, so n >= 2 here.
         new_rm = _update(running_mean, mean, momentum)
         new_rv = _update(running_var, var_sum / (n - 1), momentum)
-        return _normalize(x, mean, invstd, weight, bias), new_rm, new_rv
+        return y, new_rm, new_rv
     if running_mean is None or running_var is None:
         raise ValueError("running_mean and running_var must be defined in evaluation mode")
     return _normalize(x, running_mean, eval_invstd(running_var, eps), weight, bias), running_mean, running_var

@@ -7,6 +7,11 @@ consumers, or read at several offsets by one (a transposed strided slice),
 that multiplies its cost. A ``lax.cond`` whose predicate XLA cannot fold
 materializes its branch's result as a buffer; ``lax.optimization_barrier``
 does not help, it is removed before fusion (measured, jaxlib 0.10.2).
+
+A value some primitive writes into a buffer of its own (a foreign call such as
+the oneDNN convolution) is in memory already; the ``cond`` would only copy it.
+Such primitives are named by :func:`results_in_memory`, and
+:func:`kept_in_memory` passes their results through.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["computed_once", "kept_in_memory", "runtime_false"]
+__all__ = ["computed_once", "kept_in_memory", "results_in_memory", "runtime_false"]
+
+# Primitives whose results are buffers written by the primitive itself, never fused.
+_IN_MEMORY: set[Any] = set()
 
 
 def runtime_false(x: jax.Array) -> jax.Array:
@@ -36,14 +44,32 @@ def computed_once(fn: Callable[..., Any], key: jax.Array, *args: Any) -> Any:
     )
 
 
+def results_in_memory(*primitives: Any) -> None:
+    """Declare that each primitive's result is a buffer it writes itself (a custom call), which
+    :func:`kept_in_memory` then leaves as it is; so are the tangent and cotangent of that
+    result if the primitive's derivatives are such calls too."""
+    _IN_MEMORY.update(primitives)
+
+
+def _written_by_call(x: jax.Array) -> bool:
+    # The staged equation that produced x, where jax records it (a jaxpr tracer's `parent`); a value
+    # of unknown origin (vmapped, or another jax version) is materialized as before.
+    eqn = getattr(x, "parent", None)
+    return getattr(eqn, "primitive", None) in _IN_MEMORY
+
+
 @jax.custom_jvp
 def _kept(x: jax.Array) -> jax.Array:
-    return computed_once(lambda a: a, x, x)
+    return x if _written_by_call(x) else computed_once(lambda a: a, x, x)
 
 
 @_kept.defjvp
 def _kept_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
+    if _written_by_call(x):
+        # The tangent of such a call is the sum of its two linear calls, and their transposes (the
+        # calls that read the cotangent) read it from memory too.
+        return x, t
     # One cond for both: jax splits it into the primal's and the (linear) tangent's; the latter
     # transposes into a cond that keeps the cotangent in memory too.
     return computed_once(lambda a, b: (a, b), x, x, t)

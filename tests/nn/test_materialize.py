@@ -26,3 +26,38 @@ def test_runtime_false_is_false_and_not_folded():
         assert not bool(runtime_false(jnp.asarray([v], jnp.float32)))
     hlo = jax.jit(lambda a: computed_once(jnp.sin, a, a) * 2).lower(jnp.ones(3)).compile().as_text()
     assert "conditional(" in hlo  # the branch survives compilation: its result is a buffer
+
+
+def test_kept_in_memory_passes_a_custom_calls_result_through():
+    """A oneDNN convolution writes its result into its own buffer: the BatchNorm after it reads that
+    buffer, with no conditional copying it, forward or backward; after an XLA op it keeps one.
+    Both give torch's BatchNorm gradients (checked to 1e-4 as the layer tests do)."""
+    import pytest
+    import torch
+
+    from jax_impl.backends import mkldnn
+    from jax_impl.nn import _functional_norm as FN
+
+    if not mkldnn.is_available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
+    from jax_impl.nn import _conv_onednn
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    ct = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+
+    def loss(x, w, conv):
+        z = conv(x, w)
+        return jnp.sum(FN.batch_norm(z, jnp.zeros(4), jnp.ones(4), training=True)[0] * ct)
+
+    onednn = lambda a, b: _conv_onednn.conv2d(a, b, (1, 1), ((0, 0), (0, 0)), (1, 1))  # noqa: E731
+    plain = lambda a, b: jax.lax.conv(a, b, (1, 1), "VALID") * 1.0  # noqa: E731
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    t_out = torch.nn.functional.batch_norm(torch.nn.functional.conv2d(tx, tw), None, None, training=True)
+    (t_out * torch.tensor(ct)).sum().backward()
+    for conv, copies in ((onednn, False), (plain, True)):
+        step = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+        assert ("conditional(" in step.lower(x, w, conv).compile().as_text()) is copies
+        for got, want in zip(step(x, w, conv), (tx.grad, tw.grad)):
+            np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-4, atol=1e-5)
