@@ -46,14 +46,14 @@ def computed_once(fn: Callable[..., Any], key: jax.Array, *args: Any) -> Any:
 
 def results_in_memory(*primitives: Any) -> None:
     """Declare that each primitive's result is a buffer it writes itself (a custom call), which
-    :func:`kept_in_memory` then leaves as it is; so are the tangent and cotangent of that
-    result if the primitive's derivatives are such calls too."""
+    :func:`kept_in_memory` then leaves as it is, with its tangent and cotangent: only for
+    primitives whose derivatives are such calls too."""
     _IN_MEMORY.update(primitives)
 
 
 def _written_by_call(x: jax.Array) -> bool:
     # The staged equation that produced x, where jax records it (a jaxpr tracer's `parent`); a value
-    # of unknown origin (vmapped, or another jax version) is materialized as before.
+    # of unknown origin (vmapped, or under a jax that does not record it) goes through the cond.
     eqn = getattr(x, "parent", None)
     return getattr(eqn, "primitive", None) in _IN_MEMORY
 
