@@ -56,7 +56,14 @@ def test_float64_within_1e_12(x64, name):
 def test_float32_within_1e_5(f32, name):
     model, shape = _build(name, torch.float32)
     check = parity.port.check_port(model, input_shape=shape)
-    assert check.passed and {check.passed_by(phase) for phase, _ in check.rows} == {"tolerance"}, check.table()
+    assert check.passed, check.table()
+    # Every phase within 1e-5 of torch, except leaves torch itself does not hold to 1e-5: there the
+    # floor decides. UNet's dec1.0.bias is a conv bias before a BatchNorm, its gradient zero in exact
+    # arithmetic: torch's float32 value lies 1.4e-5 from its float64 one, and the twin 0.76e-5 to
+    # 1.3e-5 from torch's with autodiff's, ours and torch's own backward formulas (measured).
+    for phase, _ in check.rows:
+        if check.passed_by(phase) != "tolerance":
+            assert all(floor > 1e-5 for _, floor in check.floors[phase].values()), check.table()
 
 
 def test_port_keeps_modes_weights_and_the_model(x64):
