@@ -134,8 +134,8 @@ def test_errors_match_torch():
         assert str(ours.value) == str(theirs.value)
 
 
-# The 3-D and 5-D inputs run in the slow tier: ~3.5 s each of eager dispatch.
-@pytest.mark.parametrize("seed", [0, 1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
+# The 3-D and 5-D inputs run in the slow tier: a few seconds each of eager dispatch.
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)])
 def test_training_derivatives_of_every_order_match_torch(seed):
     """The training path's custom JVP against torch in float64: its forward mode
     (``torch.func.jvp``), its transpose (the backward, including the running
