@@ -21,8 +21,8 @@ import torch
 
 from parity.config import ConfigError
 
-__all__ = ["Experiment", "build_experiment", "cast_jax_model", "float_dtypes", "init_note", "jax_optimizer",
-           "lr_at", "torch_optimizer", "transforms", "user_arrays"]
+__all__ = ["Experiment", "LearningRates", "build_experiment", "cast_jax_model", "float_dtypes", "init_note",
+           "jax_optimizer", "optimizer_defaults", "torch_optimizer", "transforms", "user_arrays"]
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ class Experiment:
     t_sched: Any
     groups: list[tuple[dict[str, Any], list[str]]]
     tx: Any
-    schedule: Any
+    lrs: LearningRates
     opt_state: Any
     t_loss: Any
     j_loss: Any
@@ -84,31 +84,63 @@ def torch_optimizer(optimizer_cfg: Any, model: torch.nn.Module) -> tuple[torch.o
                                            for overrides, names in groups]), groups
 
 
-def jax_optimizer(optimizer_cfg: Any, scheduler_cfg: Any, steps_per_epoch: int, groups: list) -> tuple[Any, Any]:
-    """``(jax_impl.optim transformation, schedule or None)`` with the scheduler's lr (and cycled momentum) wired in.
+@dataclasses.dataclass(frozen=True)
+class LearningRates:
+    """Every param group's learning rate as torch's ``optimizer.param_groups[i]["lr"]`` holds it for a step.
+
+    Read off the built optimizers, never off the config: ``base[i]`` is group
+    ``i``'s resolved ``lr`` (its override, else the section's, else torch's
+    default), ``schedules[i]`` its ``jax_impl`` schedule (``None`` without a
+    scheduler). torch's schedulers scale every group from its own
+    ``initial_lr``, so each group has its own schedule; ``per_step`` says
+    whether a schedule advances per optimizer step or per epoch.
+    """
+
+    base: tuple[float, ...]
+    schedules: tuple[Any, ...]
+    per_step: bool = False
+
+    def at(self, step: int, epoch: int) -> tuple[float, ...]:
+        """Each group's lr during optimizer step ``step`` (counted from 0) of epoch ``epoch``."""
+        k = step if self.per_step else epoch
+        return tuple(float(b if s is None else s(k)) for b, s in zip(self.base, self.schedules, strict=True))
+
+
+def optimizer_defaults(name: str) -> dict[str, Any]:
+    """torch's keyword defaults of ``torch.optim.<name>``, read once through the config registry."""
+    from parity.config import registry
+
+    return {k: p.default for k, p in registry.signature("optimizer", name).params.items() if not p.required}
+
+
+def jax_optimizer(optimizer_cfg: Any, scheduler_cfg: Any, steps_per_epoch: int,
+                  groups: list) -> tuple[Any, LearningRates]:
+    """``(jax_impl.optim transformation, every group's LearningRates)`` with the scheduler's lr (and cycled
+    momentum) wired in.
 
     ``groups`` is :func:`parity.optim.param_group_members`' list: one group
     gives the plain optimizer; several give ``jax_impl.optim.param_groups``
     with each group's hyperparameters, each lr scheduled from its own value
-    (torch's schedulers scale every group's ``initial_lr``). The returned
-    schedule is group 0's: what torch reports as ``param_groups[0]['lr']``.
+    (torch's schedulers scale every group's ``initial_lr``). Every keyword
+    left out takes torch's default, as ``torch.optim.<name>(params)`` does.
     """
     from jax_impl.optim import lr_scheduler as S
     from jax_impl.optim import param_groups
     from parity.lr_scheduler import build_jax_schedule
     from parity.optim import jax_optimizer_factory
-    from torch_ref.optim import optimizer_class, optimizer_spec
+    from torch_ref.optim import optimizer_spec
 
     name, base = optimizer_spec(optimizer_cfg)
-    defaults = {k: p.default for k, p in inspect.signature(optimizer_class(name)).parameters.items()}
     factory = jax_optimizer_factory(name)
+    defaults = optimizer_defaults(name)
+    per_step = scheduler_cfg is not None and scheduler_cfg.interval == "step"
 
-    def group_kwargs(overrides: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    def group_kwargs(overrides: dict[str, Any]) -> tuple[dict[str, Any], float, Any]:
         kwargs = {**base, **overrides}
+        lr = kwargs.get("lr", defaults.get("lr"))
         if scheduler_cfg is None:
-            return kwargs, None
-        schedule = build_jax_schedule(scheduler_cfg, kwargs.get("lr", defaults["lr"]))
-        per_step = scheduler_cfg.interval == "step"
+            return kwargs, lr, None
+        schedule = build_jax_schedule(scheduler_cfg, lr)
         kwargs["lr"] = schedule if per_step else S.per_epoch(schedule, steps_per_epoch=steps_per_epoch)
         momentum = getattr(schedule, "momentum", None)
         if momentum is not None:
@@ -119,24 +151,15 @@ def jax_optimizer(optimizer_cfg: Any, scheduler_cfg: Any, steps_per_epoch: int, 
                 kwargs["betas"] = (momentum, tuple(kwargs.get("betas", defaults["betas"]))[1])
             elif "momentum" in defaults:
                 kwargs["momentum"] = momentum
-        return kwargs, schedule
+        return kwargs, lr, schedule
 
     built = [group_kwargs(overrides) for overrides, _ in groups]
-    schedule = built[0][1]
+    lrs = LearningRates(tuple(float(lr) for _, lr, _ in built), tuple(s for _, _, s in built), per_step)
     if len(groups) == 1:
-        return factory(**built[0][0]), schedule
+        return factory(**built[0][0]), lrs
     specs = [{"params": (lambda path, leaf, names=frozenset(names): path in names), **kwargs}
-             for (kwargs, _), (_, names) in zip(built, groups, strict=True)]
-    return param_groups(factory, specs, strict=True), schedule
-
-
-def lr_at(schedule: Any, cfg: Any, step: int, epoch: int) -> float:
-    """Group 0's learning rate at ``step`` (per-step schedules) or ``epoch`` (per-epoch ones)."""
-    if schedule is None:
-        from torch_ref.optim import optimizer_spec
-
-        return float(optimizer_spec(cfg.optimizer)[1]["lr"])
-    return float(schedule(step if cfg.scheduler.interval == "step" else epoch))
+             for (kwargs, _, _), (_, names) in zip(built, groups, strict=True)]
+    return param_groups(factory, specs, strict=True), lrs
 
 
 def build_experiment(cfg: Any, *, torch_model: torch.nn.Module | None = None, jax_model: Any = None,
@@ -318,11 +341,11 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     steps_per_epoch = -(-len(t_train) // cfg.train.accumulate)  # optimizer steps: train.accumulate batches each
     t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
     t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
-    tx, schedule = jax_optimizer(cfg.optimizer, cfg.scheduler, steps_per_epoch, groups)
+    tx, lrs = jax_optimizer(cfg.optimizer, cfg.scheduler, steps_per_epoch, groups)
     return Experiment(
         config=cfg, t_dtype=t_dtype, np_dtype=np_dtype, torch_model=torch_model, jax_model=jax_model,
         t_train=t_train, j_train=j_train, eval_loaders=eval_loaders, steps_per_epoch=steps_per_epoch,
-        t_opt=t_opt, t_sched=t_sched, groups=groups, tx=tx, schedule=schedule,
+        t_opt=t_opt, t_sched=t_sched, groups=groups, tx=tx, lrs=lrs,
         opt_state=tx.init(nnx.state(jax_model, nnx.Param)),
         t_loss=t_loss, j_loss=getattr(jnn, loss.name)(**loss.kwargs), init=note,
     )

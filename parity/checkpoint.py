@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from jax_impl import random as jax_random
-from parity.build import lr_at
 from parity.config import ConfigError
 from parity.files import atomic_write
 
@@ -306,13 +305,12 @@ def _groups_with_new_hyperparameters(exp: Any, groups: list[dict[str, Any]], ckp
     every = any(key.startswith("optimizer.param_groups") for key in changed)
     keys = {key.split(".")[1] for key in changed if key.startswith("optimizer.")}
     out = []
-    for old, new in zip(groups, fresh, strict=True):
+    scheduled = exp.lrs.at(ckpt.step, ckpt.epoch)  # each group's new base lr, scheduled to the resume point
+    for i, (old, new) in enumerate(zip(groups, fresh, strict=True)):
         take = {k for k in new if k != "params"} if every else keys & set(new)
         merged = {**old, **{k: new[k] for k in take}}
-        if "lr" in take and exp.schedule is not None:
-            base0 = fresh[0].get("initial_lr", fresh[0]["lr"])
-            scale = new.get("initial_lr", new["lr"]) / base0 if base0 else 1.0
-            merged["lr"] = lr_at(exp.schedule, exp.config, ckpt.step, ckpt.epoch) * scale
+        if "lr" in take and exp.lrs.schedules[i] is not None:
+            merged["lr"] = scheduled[i]
             merged["initial_lr"] = new.get("initial_lr", new["lr"])
         out.append(merged)
     return out

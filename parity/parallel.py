@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from parity.measure import input_array
+
 __all__ = [
     "DDPSpec",
     "Hosts",
@@ -46,7 +48,6 @@ __all__ = [
     "compare_ddp",
     "divergence",
     "initial_state",
-    "input_array",
     "jax_optimizer",
     "jax_run",
     "param_names",
@@ -532,13 +533,6 @@ def _torch_autocast(spec: DDPSpec) -> Any:
     import torch
 
     return None if _autocast(spec) is None else getattr(torch, _autocast(spec))
-
-
-def input_array(batch: Any, fdtype: Any) -> np.ndarray:
-    """A batch's inputs for the JAX side as NumPy in the run's float dtype; integer inputs (token ids) stay
-    integers (the counterpart of :func:`parity.torch_step.model_input`)."""
-    array = np.asarray(batch)
-    return array.astype(fdtype) if np.issubdtype(array.dtype, np.floating) else array
 
 
 def _state_dict(model) -> dict[str, np.ndarray]:

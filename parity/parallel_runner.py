@@ -23,12 +23,12 @@ import torch
 
 from parity import interrupt, staging
 from parity.build import user_arrays
-from parity.compare import compare, scaled_error
+from parity.compare import scaled_error
 from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
 from parity.floor import divergence_message, judge
 from parity.progress import Phases
-from parity.parallel import input_array
+from parity.measure import accuracies, first_divergent_step, input_array, lr_fields, measure_states
 from parity.report import EpochRecord, RunReport, report_from_dict, write_report
 from parity.torch_step import autocast_context, model_input
 
@@ -174,7 +174,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         _rows(cfg, spec, only, report, runs, ends, per_epoch, start, held_out)
         if only is None:
             judge(report, cfg.train.tolerance.rtol)
-            report.first_divergent_step = _first_divergent_step(report, cfg.train.tolerance)
+            report.first_divergent_step = first_divergent_step(report.steps, cfg.train.tolerance)
             where = _where(spec)
             if report.passed and report.passed_by == "tolerance":
                 report.message = where
@@ -213,12 +213,16 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
 def _rows(cfg: Any, spec: Any, only: str | None, report: RunReport, runs: dict[str, Any], ends: tuple[int, ...],
           per_epoch: int, start: int, held_out: Any) -> None:
     """Append the sides' step rows and a compared, evaluated row for each epoch end in ``ends``."""
-    from parity.parallel import initial_state
+    from parity.build import jax_optimizer
+    from parity.optim import param_group_members
+    from parity.parallel import initial_state, param_names
 
-    report.steps = report.steps + _steps(runs, per_epoch, start)
+    names = param_names(spec)
+    lrs = jax_optimizer(spec.optimizer, spec.scheduler, per_epoch, param_group_members(spec.optimizer, names))[1]
+    report.steps = report.steps + _steps(runs, per_epoch, lrs, start)
     evaluate = _Evaluator(cfg, initial_state(spec), held_out)
     for end in ends:
-        report.epochs.append(_measure(cfg, spec, runs, end, per_epoch, only, evaluate))
+        report.epochs.append(_measure(cfg, runs, end, per_epoch, only, evaluate, names, lrs))
 
 
 def _has_floor(cfg: Any, only: str | None) -> bool:
@@ -358,14 +362,14 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | 
     return runs
 
 
-def _steps(runs: dict[str, Any], per_epoch: int, start: int = 0) -> list[dict[str, float]]:
-    """Per step from ``start``: each side's loss (the mean over ranks), torch's float64 twin's, group 0's lr."""
+def _steps(runs: dict[str, Any], per_epoch: int, lrs: Any, start: int = 0) -> list[dict[str, float]]:
+    """Per step from ``start``: each side's loss (the mean over ranks), torch's float64 twin's, the groups' lrs
+    (:class:`parity.build.LearningRates`)."""
     first = runs.get("torch") or runs["jax"]
     records = []
     for i in range(len(first["losses"])):
-        record: dict[str, Any] = {"step": start + i, "epoch": (start + i) // per_epoch}
-        if "torch" in runs:
-            record["lr"] = runs["torch"]["lrs"][i]
+        step, epoch = start + i, (start + i) // per_epoch
+        record: dict[str, Any] = {"step": step, "epoch": epoch, **lr_fields(lrs.at(step, epoch))}
         for key, name in (("torch", "torch_loss"), ("jax", "jax_loss"), ("floor", "torch_f64_loss")):
             if key in runs:
                 record[name] = runs[key]["losses"][i]
@@ -421,56 +425,27 @@ class _Evaluator:
             return np.asarray(self.jax_model(jnp.asarray(input_array(self.j_x, self.np_dtype))).argmax(1))
 
 
-def _measure(cfg: Any, spec: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None,
-             evaluate: _Evaluator) -> EpochRecord:
-    """The record of the epoch ending at step ``end``: what a single-device run's ``_measure`` records."""
-    from parity.parallel import param_names
-
-    tol = cfg.train.tolerance
+def _measure(cfg: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None, evaluate: _Evaluator,
+             names: list[str], lrs: Any) -> EpochRecord:
+    """The record of the epoch ending at step ``end``: what a single-device run's ``_measure`` records, from
+    rank 0's and replica 0's snapshots."""
     torch_run, jax_run_, floor_run = runs.get("torch"), runs.get("jax"), runs.get("floor")
-    start = spec.resume["torch" if torch_run else "jax"]["step"] if spec.resume else 0
-    rec = EpochRecord(epoch=math.ceil(end / per_epoch) - 1, steps=end,
+    epoch = math.ceil(end / per_epoch) - 1
+    rec = EpochRecord(epoch=epoch, steps=end,
                       torch_seconds=torch_run["seconds"][end] if torch_run else math.nan,
                       jax_seconds=jax_run_["seconds"][end] if jax_run_ else math.nan,
-                      lr=torch_run["lrs"][end - 1 - start] if torch_run else math.nan)
+                      **lr_fields(lrs.at(end - 1, epoch)))
     theirs = torch_run["snapshots"][end] if torch_run else None
     ours = jax_run_["snapshots"][end] if jax_run_ else None
     if theirs is not None and ours is not None:
-        names = param_names(spec)
-        params = compare({k: theirs[k] for k in names}, {k: ours[k] for k in names}, rtol=tol.rtol, atol=tol.atol,
-                         max_ulp=tol.max_ulp, check_dtype=False)
-        scaled = {k: scaled_error(ours[k], theirs[k]) for k in names}
-        rec.worst_leaf = max(scaled, key=scaled.get)
-        rec.param_max_rel, rec.param_max_abs, rec.param_max_ulp = scaled[rec.worst_leaf], params.max_abs, params.max_ulp
+        buffers = [k for k in theirs if "running_" in k]
         floor = {}
         if floor_run is not None:
             reference = floor_run["snapshots"][end]
-            floor = {k: scaled_error(theirs[k], reference[k]) for k in names}
-            rec.floor_worst = max(floor, key=floor.get)
-            rec.floor_max_rel = floor[rec.floor_worst]
-        buffers = [k for k in theirs if "running_" in k]
-        if buffers:
-            scaled.update({k: scaled_error(ours[k], theirs[k]) for k in buffers})
-            rec.buffer_max_rel = max(scaled[k] for k in buffers)
-            if floor_run is not None:
-                floor.update({k: scaled_error(theirs[k], floor_run["snapshots"][end][k]) for k in buffers})
-        rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in scaled}
+            floor = {k: scaled_error(theirs[k], reference[k]) for k in [*names, *buffers]}
+        measure_states(rec, theirs, ours, params=names, buffers=buffers, floor=floor, tol=cfg.train.tolerance)
     if evaluate.held_out is not None and len(evaluate.held_out[1]):
-        labels = evaluate.held_out[1]
-        t_pred = evaluate.torch(theirs) if theirs is not None else None
-        j_pred = evaluate.jax(ours) if ours is not None else None
-        if t_pred is not None:
-            rec.torch_accuracy = float((t_pred == labels).mean())
-        if j_pred is not None:
-            rec.jax_accuracy = float((j_pred == labels).mean())
-        if t_pred is not None and j_pred is not None:
-            rec.agreement = float((t_pred == j_pred).mean())
+        rec.torch_accuracy, rec.jax_accuracy, rec.agreement = accuracies(
+            evaluate.held_out[1], evaluate.torch(theirs) if theirs is not None else None,
+            evaluate.jax(ours) if ours is not None else None)
     return rec
-
-
-def _first_divergent_step(report: RunReport, tol: Any) -> int | None:
-    for record in report.steps:
-        a, b = record.get("torch_loss"), record.get("jax_loss")
-        if a is not None and b is not None and abs(a - b) > tol.atol + tol.rtol * abs(a):
-            return int(record["step"])
-    return None

@@ -36,7 +36,8 @@ class EpochRecord:
     agreement: float = math.nan
     torch_seconds: float = math.nan
     jax_seconds: float = math.nan
-    lr: float = math.nan
+    lr: float = math.nan  # group 0's, as torch's param_groups[0]["lr"]
+    lrs: list[float] = dataclasses.field(default_factory=list)  # every group's, when there are several
     floor_max_rel: float = math.nan
     floor_worst: str | None = None
     # Per parameter and BatchNorm running statistic: [JAX-vs-torch max rel, torch f32-vs-f64 max rel (NaN
@@ -138,6 +139,8 @@ def _fmt(x: Any) -> str:
 
 
 _LEGEND = [
+    "- *lr*: the learning rate of the epoch's last step, as torch's `param_groups` hold it (every group's, "
+    "separated by `/`, when there are several).",
     "- *param max rel*: per tensor `max |jax - torch| / max |torch|`, the worst tensor (named); the verdict "
     "compares it with `train.tolerance.rtol`.",
     "- *torch f32 floor*: the same measure between torch's float32 run and torch's float64 run of the same "
@@ -160,7 +163,7 @@ def render_markdown(report: RunReport) -> str:
               "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for e in report.epochs:
         lines.append(
-            f"| {e.epoch + 1} | {e.steps} | {_fmt(e.lr)} | {_fmt(e.param_max_rel)} | {_fmt(e.worst_leaf)} | "
+            f"| {e.epoch + 1} | {e.steps} | {' / '.join(map(_fmt, e.lrs or [e.lr]))} | {_fmt(e.param_max_rel)} | {_fmt(e.worst_leaf)} | "
             f"{_fmt(e.floor_max_rel)} | "
             f"{_fmt(e.buffer_max_rel)} | {_fmt(e.torch_accuracy)} | {_fmt(e.jax_accuracy)} | {_fmt(e.agreement)} | "
             f"{_fmt(e.torch_seconds)} | {_fmt(e.jax_seconds)} |"

@@ -31,12 +31,12 @@ import torch
 
 from jax_impl import random as jax_random
 from parity import interrupt
-from parity.build import Experiment, build_experiment, lr_at
+from parity.build import Experiment, build_experiment
 from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_checkpoint
-from parity.compare import compare, scaled_error
 from parity.config import ConfigError
 from parity.files import check_writable, make_run_folder
 from parity.floor import FloorReference, divergence_message, judge
+from parity.measure import accuracies, input_array, losses_differ, lr_fields, measure_states
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, preload_plotting, report_from_dict, write_report
 from parity.torch_step import autocast_context, micro_batch_groups, model_input, step_loss, torch_train_step
@@ -274,7 +274,7 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
         t_batches = [t for t, _ in group]
         tx_b = t_batches[0][0]  # the step's first input: what a divergent step's forward is replayed on
         interrupt.check()
-        record: dict[str, Any] = {"step": step, "epoch": epoch, "lr": lr_at(exp.schedule, cfg, step, epoch)}
+        record: dict[str, Any] = {"step": step, "epoch": epoch, **lr_fields(exp.lrs.at(step, epoch))}
         hunting = only is None and report.first_divergent_step is None
         rng = torch.get_rng_state() if (hunting or exp.floor is not None) else None
         if hunting:  # both models as they enter this step, to replay it layer by layer if it diverges
@@ -300,7 +300,7 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
             j_time += time.perf_counter() - start
         report.steps.append(record)
         _stop_if_not_finite(report, record, step, epoch, exp)
-        if hunting and abs(record["torch_loss"] - record["jax_loss"]) > tol.atol + tol.rtol * abs(record["torch_loss"]):
+        if hunting and losses_differ(record["torch_loss"], record["jax_loss"], tol):
             report.first_divergent_step = step
             with _rng_state(rng):
                 report.first_divergent_layer = _replay_step(exp, t_snap, merge_model(graphdef, j_snap), tx_b)
@@ -347,30 +347,19 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
     """The end-of-epoch record: parameter and buffer divergence, held-out accuracy, agreement, timings."""
     from flax import nnx
 
-    cfg, tol = exp.config, exp.config.train.tolerance
     rec = EpochRecord(epoch=epoch, steps=step, torch_seconds=t_time if only != "jax" else math.nan,
                       jax_seconds=j_time if only != "torch" else math.nan,
-                      lr=lr_at(exp.schedule, cfg, step - 1, epoch))  # the lr this epoch's last step used
+                      **lr_fields(exp.lrs.at(step - 1, epoch)))  # the lrs this epoch's last step used
     if only is None:
-        ours = _jax_flat(exp.jax_model, nnx.Param)
-        theirs = {k: v.detach().numpy() for k, v in exp.torch_model.named_parameters()}
-        params = compare(theirs, ours, rtol=tol.rtol, atol=tol.atol, max_ulp=tol.max_ulp, check_dtype=False)
-        scaled = {k: scaled_error(ours[k], theirs[k]) for k in theirs}
-        rec.worst_leaf = max(scaled, key=scaled.get)
-        rec.param_max_rel = scaled[rec.worst_leaf]
-        rec.param_max_abs, rec.param_max_ulp = params.max_abs, params.max_ulp
-        floor = exp.floor.distances(exp.torch_model) if exp.floor is not None else {}
-        if floor:
-            rec.floor_worst = max(floor, key=floor.get)
-            rec.floor_max_rel = floor[rec.floor_worst]
-        rec.leaves = {k: [scaled[k], floor.get(k, math.nan)] for k in scaled}
-        buffers = {k: v.numpy() for k, v in exp.torch_model.state_dict().items() if "running_" in k}
-        if buffers:
-            ours_b = _jax_flat(exp.jax_model, nnx.BatchStat)
-            scaled_b = {k: scaled_error(ours_b[k], v) for k, v in buffers.items()}
-            rec.buffer_max_rel = max(scaled_b.values())
-            floor_b = exp.floor.distances(exp.torch_model, buffers=True) if exp.floor is not None else {}
-            rec.leaves.update({k: [scaled_b[k], floor_b.get(k, math.nan)] for k in scaled_b})
+        theirs = {k: v.detach().numpy() for k, v in exp.torch_model.state_dict().items()}
+        ours = {**_jax_flat(exp.jax_model, nnx.Param), **_jax_flat(exp.jax_model, nnx.BatchStat)}
+        params = [k for k, _ in exp.torch_model.named_parameters()]
+        buffers = [k for k in theirs if "running_" in k]
+        floor = {}
+        if exp.floor is not None:
+            floor = {**exp.floor.distances(exp.torch_model),
+                     **(exp.floor.distances(exp.torch_model, buffers=True) if buffers else {})}
+        measure_states(rec, theirs, ours, params=params, buffers=buffers, floor=floor, tol=exp.config.train.tolerance)
     if exp.eval_loaders is not None:
         rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(exp, only)
     return rec
@@ -389,12 +378,8 @@ def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
                 t_pred.append(exp.torch_model(model_input(tx, exp.t_dtype)).argmax(1).numpy())
         if only != "torch":
             j_pred.append(np.asarray(forward(state, _jax_input(jx, exp.np_dtype)).argmax(1)))
-    y = np.concatenate(labels) if labels else np.zeros(0)
-    t = np.concatenate(t_pred) if t_pred else None
-    j = np.concatenate(j_pred) if j_pred else None
-    acc = lambda p: float((p == y).mean()) if p is not None and len(y) else math.nan  # noqa: E731
-    agree = float((t == j).mean()) if t is not None and j is not None and len(y) else math.nan
-    return acc(t), acc(j), agree
+    return accuracies(np.concatenate(labels) if labels else np.zeros(0),
+                      np.concatenate(t_pred) if t_pred else None, np.concatenate(j_pred) if j_pred else None)
 
 
 def _replay_step(exp: Experiment, t_snap: dict[str, torch.Tensor], j_model: Any, x: torch.Tensor) -> str | None:
@@ -411,12 +396,11 @@ def _replay_step(exp: Experiment, t_snap: dict[str, torch.Tensor], j_model: Any,
 
 
 def _jax_input(x: Any, np_dtype: type) -> Any:
-    """A loader batch's inputs on the JAX side, cast as :func:`parity.torch_step.model_input` casts torch's:
-    floating inputs to the run's dtype, integer ones (token ids) kept (int32 unless jax x64 is on)."""
+    """A loader batch's inputs on the JAX side (:func:`parity.measure.input_array`) as a jax array (integer
+    inputs int32 unless jax x64 is on)."""
     import jax.numpy as jnp
 
-    x = np.asarray(x)
-    return jnp.asarray(x, np_dtype) if np.issubdtype(x.dtype, np.floating) else jnp.asarray(x)
+    return jnp.asarray(input_array(x, np_dtype))
 
 
 def _jax_flat(model: Any, kind: Any) -> dict[str, np.ndarray]:
