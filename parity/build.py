@@ -12,7 +12,6 @@ The single-device runner and the data-parallel comparison share
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import warnings
 from typing import Any
 

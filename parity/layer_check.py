@@ -11,7 +11,6 @@ array's scale: sums over many terms lose digits relative to the largest term.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch

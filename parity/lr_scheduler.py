@@ -27,11 +27,11 @@ schedulers (``SequentialLR``, ``ChainedScheduler``) have no state dict here.
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any
 
 from jax_impl.optim import lr_scheduler as jax_lr_scheduler
+from jax_impl.optim.plateau import ReduceLROnPlateau
 from torch_ref.lr_scheduler import NESTED_SCHEDULERS, scheduler_class, scheduler_spec
 
 __all__ = ["build_jax_schedule", "jax_schedule_factory", "load_scheduler_state", "scheduler_state_dict"]
@@ -63,7 +63,7 @@ def _snake_case(name: str) -> str:
 def jax_schedule_factory(name: str) -> Any:
     """``jax_impl.optim.lr_scheduler.<snake_case(name)>`` for the torch scheduler class ``name``.
 
-    ``ReduceLROnPlateau`` is ``jax_impl.optim.plateau.ReduceLROnPlateau`` when that module exists.
+    ``ReduceLROnPlateau`` is ``jax_impl.optim.plateau.ReduceLROnPlateau``.
 
     Raises:
       ValueError: ``name`` is not a torch scheduler.
@@ -71,13 +71,7 @@ def jax_schedule_factory(name: str) -> Any:
     """
     scheduler_class(name)  # ValueError for names torch does not have
     if name == "ReduceLROnPlateau":
-        try:
-            return importlib.import_module("jax_impl.optim.plateau").ReduceLROnPlateau
-        except (ImportError, AttributeError):
-            raise NotImplementedError(
-                "torch.optim.lr_scheduler.ReduceLROnPlateau has no jax_impl counterpart "
-                "(jax_impl.optim.plateau.ReduceLROnPlateau is missing)"
-            ) from None
+        return ReduceLROnPlateau
     snake = _snake_case(name)
     if snake not in jax_lr_scheduler.__all__:
         raise NotImplementedError(f"torch.optim.lr_scheduler.{name} has no jax_impl counterpart ({snake!r} is missing)")

@@ -158,7 +158,6 @@ class _Recorder:
         self.seconds: dict[int, float] = {}
         self.resume_state: dict[str, Any] | None = None  # the last whole epoch's, for a checkpoint
         self.losses: list[float] = []
-        self.lrs: list[float] = []
         self.start = time.perf_counter()
 
     def epoch_end(self, done: int, epoch: int, state: Any) -> None:
@@ -168,17 +167,14 @@ class _Recorder:
             if self.spec.stage_dir is not None:
                 from parity.staging import write_epoch
 
-                write_epoch(self.spec.stage_dir, self.spec.stage_key, done, epoch + 1, self.losses, self.lrs,
+                write_epoch(self.spec.stage_dir, self.spec.stage_key, done, epoch + 1, self.losses,
                             self.seconds, {k: v for k, v in self.resume_state.items() if k not in ("step", "epoch")})
 
-    def after(self, done: int, state: Any, loss: float, lr: float | None = None) -> None:
-        """Call after each optimizer step; ``done`` steps so far, ``state()`` the state_dict as numpy,
-        ``lr`` group 0's learning rate at that step (torch's sides)."""
+    def after(self, done: int, state: Any, loss: float) -> None:
+        """Call after each optimizer step; ``done`` steps so far, ``state()`` the state_dict as numpy."""
         if not self.active:
             return
         self.losses.append(loss)
-        if lr is not None:
-            self.lrs.append(lr)
         if done not in self.spec.snapshot_steps:
             return
         self.seconds[done] = time.perf_counter() - self.start
@@ -257,7 +253,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     loss_fn = _loss(spec, torch.nn)
     device = next(ddp.parameters()).device
     loss_device = device if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces GPU tensors only
-    losses, lrs, step, epoch = [], [], 0, 0
+    losses, step, epoch = [], 0, 0
     start = _start(spec, "floor" if spec.dtype == "float64" and spec.resume and "floor" in spec.resume else "torch")
     if start is not None:
         # Copies: the spec's tensors travel to every rank in one shared-memory storage (torch's pickling for
@@ -296,7 +292,6 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
         for group in micro_batch_groups(loader, spec.accumulate):
             if step >= spec.steps:
                 break
-            lrs.append(float(optimizer.param_groups[0]["lr"]))
             micro = [(x.to(device), y.to(device)) for x, y in group]
             loss = step_loss(torch_train_step(ddp, loss_fn, optimizer, micro, dtype=dtype,
                                               accumulate=spec.accumulate, autocast=_torch_autocast(spec),
@@ -305,7 +300,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             dist.all_reduce(mean)
             losses.append(float(mean) / world_size)
             step += 1
-            recorder.after(step, state, losses[-1], lrs[-1])
+            recorder.after(step, state, losses[-1])
             if scheduler is not None and spec.scheduler.interval == "step":
                 scheduler.step()
         if scheduler is not None and spec.scheduler.interval == "epoch":
@@ -316,7 +311,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
         epoch += 1
     if rank != 0:
         return None
-    return recorder.result(losses, state=state(), lrs=lrs)
+    return recorder.result(losses, state=state())
 
 
 def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -332,21 +327,20 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     optimizer = _torch_optimizer(spec, model)
     scheduler = _torch_scheduler(spec, optimizer)
     loss_fn = _loss(spec, torch.nn)
-    losses, lrs = [], []
+    losses = []
     per_epoch = spec.steps_per_epoch()
     recorder = _Recorder(spec, "torch (global batch)")
     state = lambda: {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}  # noqa: E731
     for step, group in enumerate(_rank_steps(spec, spec.world_size, range(spec.world_size))):
         micro = [(torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])),
                   torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))) for batches in group]
-        lrs.append(float(optimizer.param_groups[0]["lr"]))
         losses.append(step_loss(torch_train_step(model, loss_fn, optimizer, micro, dtype=dtype,
                                                  accumulate=spec.accumulate, autocast=_torch_autocast(spec),
                                                  **_clip_args(spec))))
         recorder.after(step + 1, state, losses[-1])
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
-    return recorder.result(losses, state=state(), lrs=lrs)
+    return recorder.result(losses, state=state())
 
 
 def _loss(spec: DDPSpec, namespace: Any) -> Any:
@@ -742,7 +736,7 @@ def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any],
     :func:`_torch_full_batch` (torch's SyncBatchNorm refuses CPU tensors).
     Each result is ``{"state": rank 0's state_dict as numpy, "losses": per-step mean over ranks,
     "snapshots": {step: state_dict} at spec.snapshot_steps, "seconds": {step: seconds since the previous
-    snapshot}}`` (the torch side adds ``"lrs"``, group 0's lr at each step).
+    snapshot}}``.
     """
     initial = initial_state(spec)
     return torch_reference(spec, initial, timeout=timeout), jax_run(spec, initial, timeout=timeout)

@@ -31,13 +31,12 @@ _NAME = re.compile(r"^(torch|floor|jax)-(\d+)\.pt$")
 
 
 def write_epoch(folder: str | os.PathLike, side: str, step: int, epoch: int, losses: list[float],
-                lrs: list[float], seconds: dict[int, float], state: dict[str, Any]) -> None:
+                seconds: dict[int, float], state: dict[str, Any]) -> None:
     """Write ``side``'s record after its whole epoch ``epoch`` (1-based), ending at ``step``.
 
     Args:
       side: ``"torch"``, ``"floor"`` (torch's float64 twin) or ``"jax"``.
       losses: every step's loss since the run (or its resume) started.
-      lrs: group 0's learning rate at each of those steps (torch's sides; empty for JAX).
       seconds: ``{step: seconds since the previous epoch's end}`` so far.
       state: the resume state: ``{"model": state_dict, ...}``, tensors.
     """
@@ -48,7 +47,7 @@ def write_epoch(folder: str | os.PathLike, side: str, step: int, epoch: int, los
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     record = {"step": int(step), "epoch": int(epoch), "losses": [float(v) for v in losses],
-              "lrs": [float(v) for v in lrs], "seconds": {int(k): float(v) for k, v in seconds.items()},
+              "seconds": {int(k): float(v) for k, v in seconds.items()},
               "state": state}
     path = folder / f"{side}-{step}.pt"
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -70,7 +69,7 @@ def read_staged(folder: str | os.PathLike, sides: list[str]) -> tuple[dict[str, 
     """The sides' records up to the last epoch end that every one of ``sides`` reached, and that step.
 
     Each record has the shape of a finished side's (``parity.parallel``'s
-    results): ``"losses"``, ``"lrs"``, ``"snapshots"`` (``{step: state_dict as
+    results): ``"losses"``, ``"snapshots"`` (``{step: state_dict as
     numpy}`` at each staged epoch end), ``"seconds"`` and ``"resume_state"``
     (``{"step", "epoch", "model", ...}`` at that step). ``None`` when some side
     completed no epoch, or a file cannot be read.
@@ -91,7 +90,7 @@ def read_staged(folder: str | os.PathLike, sides: list[str]) -> tuple[dict[str, 
             for step in sorted(s for s in files[side] if s <= last):
                 record = torch.load(files[side][step], weights_only=True)
                 snapshots[step] = {k: v.numpy().copy() for k, v in record["state"]["model"].items()}
-            runs[side] = {"losses": record["losses"], "lrs": record["lrs"], "snapshots": snapshots,
+            runs[side] = {"losses": record["losses"], "snapshots": snapshots,
                           "seconds": record["seconds"],
                           "resume_state": {"step": record["step"], "epoch": record["epoch"], **record["state"]}}
     except Exception:  # noqa: BLE001 - a damaged file: nothing is kept rather than something wrong

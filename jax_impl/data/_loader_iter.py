@@ -360,9 +360,7 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
             data.reraise()
         return data
 
-    def _mark_worker_as_unavailable(
-        self, worker_id: int, shutdown: bool = False
-    ) -> None:
+    def _mark_worker_as_unavailable(self, worker_id: int) -> None:
         self._index_queues[worker_id].put(None)
         self._workers_status[worker_id] = False
 
@@ -375,7 +373,7 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
             self._workers_done_event.set()
             for worker_id in range(len(self._workers)):
                 if self._persistent_workers or self._workers_status[worker_id]:
-                    self._mark_worker_as_unavailable(worker_id, shutdown=True)
+                    self._mark_worker_as_unavailable(worker_id)
             # A worker blocked writing a batch we will never read gets EPIPE and exits.
             for receiver in self._receivers:
                 if receiver is not None:

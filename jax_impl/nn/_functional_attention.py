@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import warnings
 
-import jax
 import jax.numpy as jnp
 
 from jax_impl import amp

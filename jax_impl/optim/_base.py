@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -89,19 +89,10 @@ def fixed_horizon(steps: int) -> Iterator[None]:
         _HORIZON[0] = previous
 
 
-class HostSchedule(Protocol):
-    """A schedule evaluated on the host in Python float64: ``schedule(k: int) -> float``.
-
-    Marked by a true ``is_host_schedule`` attribute (jax_impl's LR schedulers
-    are). Any other callable is traced with the step count as optax does.
-    """
-
-    is_host_schedule: bool
-
-    def __call__(self, count: int) -> float: ...
-
-
 def is_host_schedule(value: Any) -> bool:
+    """Whether ``value`` is a schedule evaluated on the host in Python float64 (``schedule(k: int) -> float``),
+    marked by a true ``is_host_schedule`` attribute as jax_impl's LR schedulers are. Any other callable is
+    traced with the step count as optax does."""
     return callable(value) and bool(getattr(value, "is_host_schedule", False))
 
 
@@ -221,7 +212,6 @@ def torch_optimizer(
     traced_names = [k for k, v in hyper.items() if callable(v) and not is_host_schedule(v)]
     constant_hyper = {k: float(v) for k, v in hyper.items() if not callable(v)}
     needs_host = step_dependent or bool(host_names) or bool(traced_names) or bool(scalar_state)
-    scalar_names: list[str] | None = None
 
     def evaluate_host(count: int, traced_values: Sequence[float], sstate: Sequence[np.ndarray]):
         values = dict(constant_hyper)

@@ -65,7 +65,6 @@ STATE_DTYPE = np.dtype(
     }
 )
 STATE_SIZE = STATE_DTYPE.itemsize  # 5056 == sizeof(CPUGeneratorImplState)
-LEGACY_STATE_SIZE = 5048  # sizeof(CPUGeneratorImplStateLegacy)
 
 # randperm_cpu: "for small n, preserve old behavior" when n < (2^32 - 1) / 20.
 RANDPERM_RANDOM64_THRESHOLD = (2**32 - 1) // 20  # 214,748,364

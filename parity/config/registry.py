@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import inspect
 import typing
-from typing import Any, Literal
+from typing import Any
 
 __all__ = ["Param", "Signature", "SECTIONS", "signature", "names"]
 
@@ -150,5 +150,3 @@ def signature(section: str, name: str) -> Signature:
         return _transform_signature(name)
     return _from_class(_torch_classes(section)[name])
 
-
-SchedulerInterval = Literal["epoch", "step"]

@@ -12,7 +12,7 @@ from parity import staging
 
 def _write(folder, side, step, losses):
     state = {"model": {"w": torch.full((2,), float(step))}, "optimizer": {"state": {}, "param_groups": []}}
-    staging.write_epoch(folder, side, step, step // 3, losses, [0.1] * len(losses), {3: 1.0, step: 2.0}, state)
+    staging.write_epoch(folder, side, step, step // 3, losses, {3: 1.0, step: 2.0}, state)
 
 
 def test_the_records_stop_at_the_last_epoch_every_side_completed(tmp_path):

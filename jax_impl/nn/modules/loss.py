@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from jax_impl.nn import _functional_loss as F
 from jax_impl.nn.modules.module import Buffer, Module
