@@ -14,7 +14,8 @@ XLA reads ``XLA_FLAGS`` once, when the CPU backend starts, and aborts on
 unknown flags: the flag is added only if the installed jaxlib knows it
 (its name is in jaxlib's shared library), only if the user has not set it
 themselves, and only before the backend has started; otherwise
-:func:`configure_cpu` warns.
+:func:`configure_cpu` warns. ``JAX_IMPL_XLA_FLAGS=0`` leaves ``XLA_FLAGS``
+untouched (YNNPACK stays on).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def configure_cpu() -> bool:
       True when YNNPACK convolutions are (or will be, at backend start) off.
     """
     flags = os.environ.get("XLA_FLAGS", "")
+    if os.environ.get("JAX_IMPL_XLA_FLAGS", "1") == "0":
+        return ynn_convolutions_disabled()  # the user keeps XLA's defaults
     if _FLAG_NAME in flags:
         return ynn_convolutions_disabled()  # the user's explicit choice stands
     if not _jaxlib_knows_flag():

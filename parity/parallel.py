@@ -206,11 +206,14 @@ def build_torch_model(spec: DDPSpec) -> Any:
 
 
 def initial_state(spec: DDPSpec) -> dict[str, np.ndarray]:
-    """The seeded torch model's ``state_dict`` as numpy: where both frameworks start."""
+    """The seeded torch model's ``state_dict`` as numpy: where both frameworks start. The model draws from
+    torch's global generator seeded with ``spec.seed`` inside ``torch.random.fork_rng``: the caller's
+    generator is left as it was."""
     import torch
 
-    torch.manual_seed(spec.seed)
-    return {k: v.detach().numpy().copy() for k, v in build_torch_model(spec).state_dict().items()}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        return {k: v.detach().numpy().copy() for k, v in build_torch_model(spec).state_dict().items()}
 
 
 def _torch_model(spec: DDPSpec, initial: dict[str, np.ndarray]):

@@ -146,9 +146,10 @@ def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
     return one_batch
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4)
 def _eval_step(graphdef: Any, autocast: Any = None) -> Any:
-    """One jitted eval forward per model graph (and autocast dtype), shared by every epoch's evaluation."""
+    """One jitted eval forward per model graph (and autocast dtype), shared by every epoch's evaluation. The
+    cache is bounded: its keys hold the user's model classes, and a process may run many experiments."""
     from jax_impl.train import eval_step
 
     return eval_step(graphdef, autocast)

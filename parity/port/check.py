@@ -41,6 +41,7 @@ import jax_impl.random
 from parity.compare import ComparisonReport, compare
 from parity.convert.modules import module_state
 from parity.floor import FLOOR_FACTOR
+from parity.port.trace import set_training
 
 __all__ = ["PortCheck", "TOLERANCES", "check_port"]
 
@@ -150,10 +151,10 @@ def _default_losses(seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
 
 def _torch_phases(torch_module: torch.nn.Module, x: torch.Tensor, torch_loss: Callable, seed: int) -> dict:
     """torch's value of every phase (:data:`PHASES`), each on its own copy of the model."""
-    t_eval = copy.deepcopy(torch_module).eval()
+    t_eval = set_training(copy.deepcopy(torch_module), False)
     with torch.no_grad():
         expected = t_eval(x)
-    t_train = copy.deepcopy(torch_module).train()
+    t_train = set_training(copy.deepcopy(torch_module), True)
     torch.manual_seed(seed)
     outputs = t_train(x)
     torch_loss(outputs).backward()

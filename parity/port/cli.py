@@ -74,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     with strict_numerics(args.seed, x64=args.dtype == "float64"):
         try:
             model = factory(**kwargs)
-        except TypeError as error:
-            raise ConfigError(f"{args.factory}(**{kwargs}) failed: {error}") from None
+        except Exception as error:  # noqa: BLE001 - the user's constructor failing is bad input, not ours
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ConfigError(f"{args.factory}(**{kwargs}) failed: {type(error).__name__}: {first}") from None
         if not isinstance(model, torch.nn.Module):
             raise ConfigError(f"{args.factory}(**kwargs) returned a {type(model).__name__}, not a torch.nn.Module")
         model = model.to(dtype)

@@ -8,8 +8,7 @@ behave identically by construction.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import itertools
+import hashlib
 import linecache
 import os
 import sys
@@ -25,30 +24,38 @@ import jax_impl.random
 from parity.convert.modules import load_torch_state_dict, module_state
 from parity.port.codegen import port_source
 from parity.port.errors import FALLBACK, PortError
+from parity.port.trace import set_training
 
 __all__ = ["instantiate", "load_twin_class", "port"]
 
-_counter = itertools.count()
-
-
 def load_twin_class(source: str | os.PathLike) -> type:
-    """The twin class defined by generated source text, or by the file at a path (its ``__all__[0]``)."""
+    """The twin class defined by generated source text, or by the file at a path (its ``__all__[0]``).
+
+    The module is named by a hash of its text and registered in ``sys.modules`` (nnx's graph machinery and
+    pickling look classes up by module): porting the same model again reuses that module and its class, so
+    that repeated ports neither grow ``sys.modules`` nor retrace a jitted step for an equal graph.
+    """
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
         path = os.fspath(source)
-        name = f"parity_port_twin_{next(_counter)}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # nnx's graph machinery and pickling look classes up by module
-        spec.loader.exec_module(module)
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        filename = path
     else:
-        name = f"parity_port_twin_{next(_counter)}"
-        filename = f"<parity.port {name}>"
-        # Registered with linecache so tracebacks through the twin show its generated lines.
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        text, filename = source, None
+    name = f"parity_port_twin_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    module = sys.modules.get(name)
+    if module is None:
+        filename = filename or f"<parity.port {name}>"
+        if filename.startswith("<"):  # registered with linecache: tracebacks through the twin show its lines
+            linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         module = types.ModuleType(name)
         module.__file__ = filename
         sys.modules[name] = module
-        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - our own generated source
+        try:
+            exec(compile(text, filename, "exec"), module.__dict__)  # noqa: S102 - our own generated source
+        except BaseException:
+            del sys.modules[name]
+            raise
     return getattr(module, module.__all__[0])
 
 
@@ -120,7 +127,7 @@ def port(torch_module: torch.nn.Module, example_input=None) -> nnx.Module:
 
 
 def _check_shapes(torch_module, twin, example_input) -> None:
-    reference = copy.deepcopy(torch_module).eval()
+    reference = set_training(copy.deepcopy(torch_module), False)
     with torch.no_grad():
         expected = reference(example_input)
     x = jnp.asarray(example_input.detach().cpu().numpy())

@@ -27,7 +27,7 @@ import torch.fx
 
 from parity.port.errors import FALLBACK, PortError, node_description, user_line
 
-__all__ = ["Traces", "is_torch_leaf", "trace"]
+__all__ = ["Traces", "is_torch_leaf", "set_training", "trace"]
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
@@ -104,6 +104,15 @@ def _trace_once(module: torch.nn.Module) -> torch.fx.Graph:
         ) from error
 
 
+def set_training(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+    """``module.train(mode)`` as ``torch.nn.Module.train`` does it (``training`` set on every submodule),
+    without calling a ``train`` the model overrides: forward-forward's layers, for one, define
+    ``train(x_pos, x_neg)`` to fit themselves. Returns ``module``."""
+    for m in module.modules():
+        m.training = mode
+    return module
+
+
 def trace(module: torch.nn.Module) -> Traces:
     """Traces ``module`` in train and in eval mode; every submodule's own mode is restored afterwards.
 
@@ -114,9 +123,9 @@ def trace(module: torch.nn.Module) -> Traces:
         raise TypeError(f"parity.port expects a torch.nn.Module, got {type(module).__name__}")
     modes = {name: m.training for name, m in module.named_modules()}
     try:
-        module.train()
+        set_training(module, True)
         train_graph = _trace_once(module)
-        module.eval()
+        set_training(module, False)
         eval_graph = _trace_once(module)
     finally:
         for name, m in module.named_modules():

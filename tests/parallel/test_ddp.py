@@ -34,6 +34,24 @@ def _data(n: int, shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np
     return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, 10, n)
 
 
+def test_initial_state_is_the_seeded_model_and_leaves_the_callers_generator() -> None:
+    """``initial_state`` is ``torch.manual_seed(seed)`` then the model's init, without reseeding the caller's
+    global generator behind its back."""
+    import torch
+
+    from parity.parallel import initial_state
+    from torch_ref.models import LeNet
+
+    x, y = _data(8, (1, 8, 8))
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    state = initial_state(DDPSpec(*LENET, {"name": "SGD", "lr": 0.1}, x, y, seed=7))
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(7)
+    for key, value in LeNet(**LENET[1]).state_dict().items():
+        np.testing.assert_array_equal(state[key], value.numpy(), err_msg=key)
+
+
 @pytest.mark.slow  # ~5 s: a spawned process of 2 devices
 def test_each_replica_draws_its_ranks_dropout_masks() -> None:
     """jax_impl.random.replica_generators: replica r's dropout masks are the ones torch draws after

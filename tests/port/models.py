@@ -257,3 +257,33 @@ class TinyViT(nn.Module):
         x = self.encoder(x)
         pooled, _ = self.pool(x[:, :1], self.k_proj(x), self.v_proj(x), need_weights=False)
         return self.head(F.gelu(self.norm(pooled[:, 0]), approximate="tanh"))
+
+
+class ForwardForwardLayer(nn.Linear):
+    """The official forward-forward example's ``Layer``: a ``train`` that fits the layer, with another
+    signature than ``nn.Module.train(mode)``."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__(in_features, out_features)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(super().forward(x))
+
+    def train(self, x_pos: torch.Tensor, x_neg: torch.Tensor) -> None:  # noqa: D102 - the example's own
+        raise AssertionError("parity.port must not call a model's own train()")
+
+
+class ForwardForwardNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([ForwardForwardLayer(6, 5), ForwardForwardLayer(5, 4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def failing_factory() -> nn.Module:
+    raise RuntimeError("CUDA is required")

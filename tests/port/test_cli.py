@@ -42,3 +42,18 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("parity: error:") and "Traceback" not in err, err
     assert "node 'gt'" in err
+
+
+def test_a_model_with_its_own_train_method_ports(tmp_path, capsys):
+    """forward-forward's layers override ``train`` with another signature: the port sets the mode as
+    ``nn.Module.train`` does, without calling it, and the twin matches."""
+    code = main(["port", "tests.port.models:ForwardForwardNet", "--input-shape", "3,6", "--dtype", "float64",
+                 "-o", str(tmp_path / "twin.py")])
+    assert code == 0, capsys.readouterr()
+
+
+def test_a_failing_factory_is_bad_input(tmp_path, capsys):
+    assert main(["port", "tests.port.models:failing_factory", "--input-shape", "1,2",
+                 "-o", str(tmp_path / "twin.py")]) == 2
+    err = capsys.readouterr().err
+    assert "RuntimeError: CUDA is required" in err and "Traceback" not in err

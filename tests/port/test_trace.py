@@ -87,3 +87,18 @@ def test_training_branch_becomes_an_if_in_the_twin(x64):
     assert "if self.training:" in source
     check = parity.port.check_port(model, input_shape=(2, 3))
     assert check.passed, check.table()
+
+
+def test_porting_the_same_model_again_reuses_its_twin_module():
+    """``parity.port`` registers each twin's module (nnx and pickling look classes up by module): porting the
+    same model again reuses it, so ``sys.modules`` does not grow with every port, and the twin is the same class."""
+    import sys
+
+    import parity
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    first = parity.port(model, torch.zeros(2, 3))
+    count = len(sys.modules)
+    for _ in range(3):
+        again = parity.port(model, torch.zeros(2, 3))
+    assert len(sys.modules) == count and type(again) is type(first)
