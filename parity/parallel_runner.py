@@ -158,8 +158,9 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         folder = make_run_folder(runs_dir, cfg.name)
     report.run_dir = None if folder is None else str(folder)
     held_out = arrays(False) if loaded is not None or cfg.data.val_fraction > 0 else None
-    # Each side's whole epochs on disk while it trains (parity.staging): what an interrupted run keeps.
-    stage = folder / STAGE if folder is not None and cfg.train.checkpoint == "every" else None
+    # Each side's whole epochs on disk while it trains (parity.staging): what an interrupted run keeps, its
+    # report rows whatever train.checkpoint says (which only decides whether checkpoint.pt is written).
+    stage = folder / STAGE if folder is not None else None
     if stage is not None:
         staging.clear(stage)  # a previous, interrupted run's in the folder this one resumes in
     before = (list(report.steps), list(report.epochs))  # a resumed run's rows, from its checkpoint
@@ -239,7 +240,7 @@ def _staged_sides(cfg: Any, only: str | None) -> list[str]:
 def _keep_staged(cfg: Any, spec: Any, only: str | None, report: RunReport, folder: Path, stage: Path,
                  ends: tuple[int, ...], per_epoch: int, start: int, held_out: Any) -> None:
     """After an interruption: the report's steps and epochs up to the last epoch every side completed,
-    and ``checkpoint.pt`` there, from the staged epochs (:mod:`parity.staging`); then the staging removed."""
+    and ``checkpoint.pt`` there (``train.checkpoint: every``), from the staged epochs (:mod:`parity.staging`); then the staging removed."""
     staged = staging.read_staged(stage, _staged_sides(cfg, only))
     if staged is None:
         report.message += "; no epoch was complete on every side, so there is no checkpoint to resume from"
@@ -249,8 +250,9 @@ def _keep_staged(cfg: Any, spec: Any, only: str | None, report: RunReport, folde
     kept = tuple(end for end in ends if end <= last)
     _rows(cfg, spec, only, report, runs, kept, per_epoch, start, held_out)
     _checkpoint(cfg, runs, report, folder / "checkpoint.pt")
-    report.message += (f"; kept every step to {last} (the last epoch every side completed) and checkpoint.pt "
-                       "there: --resume it to go on")
+    note = f"; kept every step to {last} (the last epoch every side completed)"
+    report.message += (note + " and checkpoint.pt there: --resume it to go on" if cfg.train.checkpoint == "every"
+                       else note + f" (train.checkpoint: {cfg.train.checkpoint}, so no checkpoint.pt)")
     staging.clear(stage)
 
 

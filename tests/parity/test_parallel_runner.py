@@ -326,6 +326,29 @@ def test_a_data_parallel_run_stopped_mid_way_keeps_its_whole_epochs_and_resumes(
     assert resumed.epochs[-1].param_max_rel == straight.epochs[-1].param_max_rel
 
 
+@pytest.mark.slow  # ~15 s: JAX alone on 2 devices, stopped in its second epoch
+def test_a_data_parallel_run_without_checkpoints_keeps_its_whole_epochs_when_stopped(tmp_path, monkeypatch):
+    """``train.checkpoint: none``: an interrupted data-parallel run still keeps the report of its whole epochs
+    (as a single-device run does), and writes no checkpoint."""
+    import dataclasses
+
+    real_jax_run = parity.parallel.jax_run
+
+    def stopped(spec, initial, **kwargs):  # JAX's run ends 3 steps into its second epoch, then Ctrl-C
+        real_jax_run(dataclasses.replace(spec, steps=12 + 3), initial, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parity.parallel, "jax_run", stopped)
+    cfg = load_config("lenet_digits_ddp", ["data.batch_size=64", "train.epochs=2", "train.checkpoint=none"])
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_experiment(cfg, runs_dir=tmp_path, progress=False, only="jax")
+    folder = tmp_path / caught.value.parity_run_dir.split("/")[-1]
+    data = json.loads((folder / "report.json").read_text())
+    assert data["interrupted"] and "so no checkpoint.pt" in data["message"], data["message"]
+    assert [s["step"] for s in data["steps"]] == list(range(12)) and [e["steps"] for e in data["epochs"]] == [12]
+    assert not (folder / ".partial").exists() and not (folder / "checkpoint.pt").exists()
+
+
 @pytest.mark.slow  # ~20 s: one data-parallel run of 2 epochs
 def test_a_data_parallel_run_stopped_while_comparing_keeps_every_epoch(tmp_path, monkeypatch):
     """Ctrl-C after every side trained, while the runner compares them: the report and checkpoint.pt hold
