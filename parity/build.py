@@ -24,9 +24,13 @@ __all__ = ["Experiment", "LearningRates", "build_experiment", "cast_jax_model", 
            "jax_optimizer", "optimizer_defaults", "torch_optimizer", "transforms", "user_arrays"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Experiment:
-    """Everything a run trains: both models, loaders, optimizers and losses, ready for step 0."""
+    """Everything a run trains: both models, loaders, optimizers and losses, ready for step 0.
+
+    A description: a run never reassigns its fields. What changes as a run goes (the JAX optimizer state,
+    the step count, torch's float64 twin) is the runner's own run state.
+    """
 
     config: Any
     t_dtype: torch.dtype
@@ -42,11 +46,10 @@ class Experiment:
     groups: list[tuple[dict[str, Any], list[str]]]
     tx: Any
     lrs: LearningRates
-    opt_state: Any
+    opt_state: Any  # the JAX optimizer's state at step 0 (tx.init)
     t_loss: Any
     j_loss: Any
     init: str = ""  # the report's line on the initial weights (init_note)
-    floor: Any = None  # parity.floor.FloorReference of a float32 run, set by the runner
 
     def total_steps(self, max_steps: int | None) -> int:
         """Optimizer steps of the whole run: every epoch's steps, capped by ``max_steps``."""

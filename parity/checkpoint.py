@@ -32,7 +32,7 @@ from parity.config import ConfigError
 from parity.files import atomic_write
 
 __all__ = ["Checkpoint", "CheckpointError", "check_resumable", "config_changes", "read_checkpoint", "restore",
-           "write_checkpoint", "write_state"]
+           "resumed_report", "write_checkpoint", "write_state"]
 
 FORMAT = "parity-checkpoint"
 VERSION = 2
@@ -64,13 +64,46 @@ class Checkpoint:
     only: str | None = None
 
 
-def write_checkpoint(path: str | os.PathLike, exp: Any, epoch: int, step: int, history: dict[str, Any]) -> None:
-    """Save both sides of ``exp`` (a :class:`parity.build.Experiment`) after ``epoch`` epochs, atomically.
+def resumed_report(ckpt: Checkpoint, report: Any, *, write: bool) -> tuple[Any, Path | None]:
+    """``(report, run folder or None)`` of a run resumed from ``ckpt``, single-device or data-parallel alike.
+
+    The report goes on from the checkpoint's history (its steps and epochs so far) with ``report``'s
+    config, ``only``, total steps and init line; a run whose folder holds its report goes on in that folder
+    (one report from step 0), else ``None`` (the caller makes a new one, or writes nothing).
+
+    Raises:
+      CheckpointError: the history is unreadable, or the run folder is not writable.
+    """
+    from parity.files import check_writable
+    from parity.report import report_from_dict
+
+    if ckpt.history is not None:
+        try:
+            report = report_from_dict({**ckpt.history, "config": report.config, "only": report.only,
+                                       "total_steps": report.total_steps, "passed": True, "message": "",
+                                       "interrupted": False, "init": report.init})
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise CheckpointError(f"{ckpt.path} is damaged: its report history is unreadable") from None
+    if not (write and (ckpt.path.parent / "report.json").exists()):
+        return report, None
+    folder = ckpt.path.parent
+    try:
+        check_writable(folder)
+    except OSError as error:
+        raise CheckpointError(f"the run folder {folder} is not writable ({error.strerror}); copy its "
+                              "checkpoint.pt elsewhere to resume into a new folder") from None
+    return report, folder
+
+
+def write_checkpoint(path: str | os.PathLike, exp: Any, opt_state: Any, epoch: int, step: int,
+                     history: dict[str, Any]) -> None:
+    """Save both sides of ``exp`` (a :class:`parity.build.Experiment`) after ``epoch`` epochs, atomically;
+    ``opt_state`` is the JAX optimizer's state at that point.
 
     ``history`` is the report so far (``RunReport.to_dict()``), so a resumed
     run reports every step from step 0.
     """
-    write_state(path, exp.config.to_dict(), epoch, step, history, _torch_state(exp), _jax_state(exp))
+    write_state(path, exp.config.to_dict(), epoch, step, history, _torch_state(exp), _jax_state(exp, opt_state))
 
 
 def write_state(path: str | os.PathLike, config: dict[str, Any], epoch: int, step: int, history: dict[str, Any],
@@ -97,7 +130,7 @@ def _torch_state(exp: Any) -> dict[str, Any]:
             "generator": exp.t_train.generator.get_state(), "rng": torch.get_rng_state()}
 
 
-def _jax_state(exp: Any) -> dict[str, Any]:
+def _jax_state(exp: Any, opt_state: Any) -> dict[str, Any]:
     from flax import nnx
 
     from parity.convert import grouped_optimizer_state_to_torch, optimizer_state_to_torch, to_torch_state_dict
@@ -107,11 +140,11 @@ def _jax_state(exp: Any) -> dict[str, Any]:
     hypers = [{k: v for k, v in group.items() if k in accepted and k != "params"} for group in exp.t_opt.param_groups]
     name = exp.config.optimizer.name
     if len(exp.groups) == 1:
-        optimizer = optimizer_state_to_torch(exp.opt_state, params, name=name, hyperparameters=hypers[0],
+        optimizer = optimizer_state_to_torch(opt_state, params, name=name, hyperparameters=hypers[0],
                                              param_names=[n + ".value" for n in exp.groups[0][1]])
     else:
         optimizer = grouped_optimizer_state_to_torch(
-            exp.opt_state, params, name=name, hyperparameters=hypers,
+            opt_state, params, name=name, hyperparameters=hypers,
             groups=[[n + ".value" for n in names] for _, names in exp.groups])
     return {"model": to_torch_state_dict(exp.jax_model), "optimizer": optimizer,
             "generator": torch.from_numpy(np.array(exp.j_train.generator.get_state())),

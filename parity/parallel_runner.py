@@ -25,11 +25,11 @@ from parity import interrupt, staging
 from parity.build import user_arrays
 from parity.compare import scaled_error
 from parity.config import ConfigError
-from parity.files import check_writable, make_run_folder
+from parity.files import make_run_folder
 from parity.floor import divergence_message, judge
 from parity.progress import Phases
 from parity.measure import accuracies, first_divergent_step, input_array, lr_fields, measure_states
-from parity.report import EpochRecord, RunReport, report_from_dict, write_report
+from parity.report import EpochRecord, RunReport, write_report
 from parity.torch_step import autocast_context, model_input
 
 __all__ = ["STAGE", "run_data_parallel"]
@@ -63,7 +63,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     from parity.parallel import DDPSpec, validate_spec
     from parity.parallel import steps_per_epoch as ddp_steps_per_epoch
 
-    from parity.checkpoint import CheckpointError, check_resumable, read_checkpoint
+    from parity.checkpoint import CheckpointError, check_resumable, read_checkpoint, resumed_report
 
     phases = phases or Phases()
     par = cfg.parallel
@@ -147,12 +147,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=steps, init=init)
     folder = None
     if ckpt is not None:
-        if ckpt.history is not None:
-            report = report_from_dict({**ckpt.history, "config": cfg.to_dict(), "only": only, "total_steps": steps,
-                                       "passed": True, "message": "", "interrupted": False, "init": init})
-        if write and (ckpt.path.parent / "report.json").exists():
-            folder = ckpt.path.parent  # the run goes on in its own folder: one report from step 0
-            check_writable(folder)
+        report, folder = resumed_report(ckpt, report, write=write)
         phases(f"resuming from {ckpt.path} at step {ckpt.step} (epoch {ckpt.epoch})")
     if write and folder is None:
         folder = make_run_folder(runs_dir, cfg.name)

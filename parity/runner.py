@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import math
 import shutil
@@ -32,13 +33,13 @@ import torch
 from jax_impl import random as jax_random
 from parity import interrupt
 from parity.build import Experiment, build_experiment
-from parity.checkpoint import CheckpointError, read_checkpoint, restore, write_checkpoint
+from parity.checkpoint import CheckpointError, read_checkpoint, restore, resumed_report, write_checkpoint
 from parity.config import ConfigError
-from parity.files import check_writable, make_run_folder
+from parity.files import make_run_folder
 from parity.floor import FloorReference, divergence_message, judge
 from parity.measure import accuracies, input_array, losses_differ, lr_fields, measure_states
 from parity.progress import Phases, step_bar
-from parity.report import EpochRecord, RunReport, preload_plotting, report_from_dict, write_report
+from parity.report import EpochRecord, RunReport, preload_plotting, write_report
 from parity.torch_step import autocast_context, micro_batch_groups, model_input, step_loss, torch_train_step
 
 __all__ = ["DivergenceError", "run_single"]
@@ -46,6 +47,29 @@ __all__ = ["DivergenceError", "run_single"]
 
 class DivergenceError(RuntimeError):
     """A side produced NaN/inf: the run stops and names the step and the side."""
+
+
+@dataclasses.dataclass
+class _Run:
+    """A single-device run in progress: what it was asked for, where it reports, and what changes as it goes
+    (the JAX optimizer state, the float64 twin, the step count). The experiment itself is not changed."""
+
+    exp: Experiment
+    report: RunReport
+    only: str | None
+    max_steps: int | None
+    total: int  # the optimizer step this run stops at
+    folder: Path | None
+    phases: Phases
+    progress: bool
+    opt_state: Any  # the JAX optimizer's state at ``step``
+    epoch: int = 0  # the epoch the next step belongs to
+    step: int = 0  # optimizer steps done
+    floor: FloorReference | None = None  # torch's float64 twin of a float32 run
+
+    @property
+    def config(self) -> Any:
+        return self.exp.config
 
 
 def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = None,
@@ -63,36 +87,23 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
     max_steps = max_steps if max_steps is not None else cfg.train.max_steps
     total = exp.total_steps(max_steps)
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=total, init=exp.init)
-    start_epoch = step = 0
-    folder = None
+    run = _Run(exp, report, only, max_steps, total, None, phases, progress, exp.opt_state)
     if ckpt is not None:
-        exp.opt_state = restore(exp, ckpt, resume_from=resume_from, allow_config_change=allow_config_change,
+        run.opt_state = restore(exp, ckpt, resume_from=resume_from, allow_config_change=allow_config_change,
                                 only=only)
-        start_epoch, step = ckpt.epoch, ckpt.step
-        if step >= total or start_epoch >= cfg.train.epochs:
-            raise CheckpointError(f"nothing to do: {ckpt.path} is at step {step} (epoch {start_epoch}) and this run "
-                                  f"ends at step {total}; raise train.epochs to train longer")
-        if ckpt.history is not None:
-            try:
-                report = report_from_dict({**ckpt.history, "config": cfg.to_dict(), "only": only,
-                                           "total_steps": total, "passed": True, "message": "",
-                                           "interrupted": False, "init": exp.init})
-            except (TypeError, ValueError, KeyError, AttributeError):
-                raise CheckpointError(f"{ckpt.path} is damaged: its report history is unreadable") from None
-        if write and (ckpt.path.parent / "report.json").exists():
-            folder = ckpt.path.parent  # the run goes on in its own folder: one report from step 0
-            try:
-                check_writable(folder)
-            except OSError as error:
-                raise CheckpointError(f"the run folder {folder} is not writable ({error.strerror}); copy its "
-                                      "checkpoint.pt elsewhere to resume into a new folder") from None
-        phases(f"resuming from {ckpt.path} at step {step} (epoch {start_epoch})")
-    created = write and folder is None
+        run.epoch, run.step = ckpt.epoch, ckpt.step
+        if run.step >= total or run.epoch >= cfg.train.epochs:
+            raise CheckpointError(f"nothing to do: {ckpt.path} is at step {run.step} (epoch {run.epoch}) and this "
+                                  f"run ends at step {total}; raise train.epochs to train longer")
+        run.report, run.folder = resumed_report(ckpt, report, write=write)
+        phases(f"resuming from {ckpt.path} at step {run.step} (epoch {run.epoch})")
+    created = write and run.folder is None
     if created:
-        folder = make_run_folder(runs_dir, cfg.name)
+        run.folder = make_run_folder(runs_dir, cfg.name)
+    report, folder = run.report, run.folder
     report.run_dir = None if folder is None else str(folder)
     try:
-        _train(exp, report, only, max_steps, total, folder, phases, progress, start_epoch, step)
+        _train(run)
     except DivergenceError:
         raise
     except ConfigError:
@@ -167,18 +178,18 @@ def _jax_autocast(exp: Experiment) -> Any:
     return None if exp.config.train.autocast is None else jnp.dtype(exp.config.train.autocast)
 
 
-def _state(exp: Experiment) -> tuple[Any, Any]:
+def _state(run: _Run) -> tuple[Any, Any]:
     """``(graphdef, jax_impl.train.TrainState)`` of the JAX model as it is now, with the run's optimizer state."""
     from flax import nnx
 
     from jax_impl.train import TrainState
 
-    exp.jax_model.train()  # the mode is part of the graph: the epoch's steps run in train mode
-    graphdef, params, rest = nnx.split(exp.jax_model, nnx.Param, ...)
-    return graphdef, TrainState(params, rest, exp.opt_state)
+    run.exp.jax_model.train()  # the mode is part of the graph: the epoch's steps run in train mode
+    graphdef, params, rest = nnx.split(run.exp.jax_model, nnx.Param, ...)
+    return graphdef, TrainState(params, rest, run.opt_state)
 
 
-def _compile(exp: Experiment, phases: Phases, total: int, step: int) -> Any:
+def _compile(run: _Run) -> Any:
     """The JAX step, compiled for the epoch's batch shapes (full, and the last partial one) before the bar starts.
 
     A run from step 0 to ``total`` traces the step inside ``jax_impl.optim.fixed_horizon(total)``: the
@@ -192,6 +203,7 @@ def _compile(exp: Experiment, phases: Phases, total: int, step: int) -> Any:
 
     from jax_impl.optim import fixed_horizon
 
+    exp, phases, total, step = run.exp, run.phases, run.total, run.step
     loader = exp.j_train
     # A random transform's draws for this sample and the dummy steps' dropout draws must not advance the run's stream.
     rng = jax_random.get_rng_state()
@@ -202,7 +214,7 @@ def _compile(exp: Experiment, phases: Phases, total: int, step: int) -> Any:
     sizes = {batch} | ({len(loader.dataset) % batch} if partial else set())
     start = time.perf_counter()
     phases("compiling the JAX train step")
-    graphdef, state = _state(exp)
+    graphdef, state = _state(run)
     jax_step = _jax_step_fn(exp, graphdef)
     for size in sorted(sizes - {0}):
         xs = _jax_input(np.zeros((size, *np.shape(x)), np.asarray(x).dtype), exp.np_dtype)
@@ -227,57 +239,59 @@ def _cache_note() -> str:
     return f" (compilation cache: {where})" if where else ""
 
 
-def _train(exp: Experiment, report: RunReport, only: str | None, max_steps: int | None, total: int,
-           folder: Path | None, phases: Phases, progress: bool, start_epoch: int, step: int) -> None:
-    cfg = exp.config
-    jax_step = _compile(exp, phases, total, step) if only != "torch" else None
-    if only is None and cfg.train.dtype == "float32" and cfg.train.floor:
-        exp.floor = FloorReference(exp)
+def _train(run: _Run) -> None:
+    cfg, exp, report = run.config, run.exp, run.report
+    jax_step = _compile(run) if run.only != "torch" else None
+    if run.only is None and cfg.train.dtype == "float32" and cfg.train.floor:
+        run.floor = FloorReference(exp)
     # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.
     jax_random.set_rng_state(torch.get_rng_state().numpy())
     mode = getattr(cfg.train, "checkpoint", "every")
-    if folder is not None:
+    if run.folder is not None:
         preload_plotting()
-    with step_bar(progress) as bar:
-        task = bar.add_task(cfg.name, total=total, info="")
-        bar.update(task, completed=min(step, total))
-        for epoch in range(start_epoch, cfg.train.epochs):
-            t_time, j_time, step = _train_epoch(exp, report, only, max_steps, jax_step, epoch, step, bar, task)
-            report.epochs.append(_measure(exp, only, epoch, step, t_time, j_time))
-            if only is None:
+    with step_bar(run.progress) as bar:
+        task = bar.add_task(cfg.name, total=run.total, info="")
+        bar.update(task, completed=min(run.step, run.total))
+        for run.epoch in range(run.epoch, cfg.train.epochs):
+            t_time, j_time = _train_epoch(run, jax_step, lambda info: bar.update(task, advance=1, info=info))
+            report.epochs.append(_measure(run, t_time, j_time))
+            if run.only is None:
                 judge(report, cfg.train.tolerance.rtol)
-            last = epoch == cfg.train.epochs - 1 or step >= total
+            last = run.epoch == cfg.train.epochs - 1 or run.step >= run.total
             # Only whole epochs: the loaders cannot resume in the middle of one.
-            whole = step == (epoch + 1) * exp.steps_per_epoch
-            if folder is not None and whole and (mode == "every" or (mode == "last" and last)):
-                write_checkpoint(folder / "checkpoint.pt", exp, epoch + 1, step, report.to_dict())
-            if step >= total:
+            whole = run.step == (run.epoch + 1) * exp.steps_per_epoch
+            if run.folder is not None and whole and (mode == "every" or (mode == "last" and last)):
+                write_checkpoint(run.folder / "checkpoint.pt", exp, run.opt_state, run.epoch + 1, run.step,
+                                 report.to_dict())
+            if run.step >= run.total:
                 break
 
 
-def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps: int | None, jax_step: Any,
-                 epoch: int, step: int, bar: Any, task: Any) -> tuple[float, float, int]:
-    """One epoch of both sides; returns ``(torch seconds, JAX seconds, step after the epoch)``."""
+def _train_epoch(run: _Run, jax_step: Any, advance: Any) -> tuple[float, float]:
+    """One epoch of both sides from ``run.step``; returns ``(torch seconds, JAX seconds)``. ``advance(info)``
+    moves the progress bar a step."""
     import jax.numpy as jnp
     from flax import nnx
 
     from jax_impl.train import merge_model
 
+    exp, report, only, epoch = run.exp, run.report, run.only, run.epoch
     cfg, tol = exp.config, exp.config.train.tolerance
     per_step_schedule = exp.t_sched is not None and cfg.scheduler.interval == "step"
     exp.torch_model.train()
-    graphdef, state = _state(exp)
+    graphdef, state = _state(run)
     t_time = j_time = 0.0
     train = cfg.train
     for group in micro_batch_groups(zip(exp.t_train, exp.j_train, strict=True), train.accumulate):
-        if max_steps is not None and step >= max_steps:
+        if run.max_steps is not None and run.step >= run.max_steps:
             break
+        step = run.step
         t_batches = [t for t, _ in group]
-        tx_b = t_batches[0][0]  # the step's first input: what a divergent step's forward is replayed on
+        first_input = t_batches[0][0]  # torch's input of the step: what a divergent step's forward is replayed on
         interrupt.check()
         record: dict[str, Any] = {"step": step, "epoch": epoch, **lr_fields(exp.lrs.at(step, epoch))}
         hunting = only is None and report.first_divergent_step is None
-        rng = torch.get_rng_state() if (hunting or exp.floor is not None) else None
+        rng = torch.get_rng_state() if (hunting or run.floor is not None) else None
         if hunting:  # both models as they enter this step, to replay it layer by layer if it diverges
             t_snap = {k: v.detach().clone() for k, v in exp.torch_model.state_dict().items()}
             j_snap = state  # immutable arrays, not donated: holding them is the snapshot
@@ -290,9 +304,9 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
                 exp.t_sched.step()
             record["torch_loss"] = step_loss(t_losses)
             t_time += time.perf_counter() - start
-            if exp.floor is not None:  # the float64 twin draws the same dropout masks as this step did
+            if run.floor is not None:  # the float64 twin draws the same dropout masks as this step did
                 with _rng_state(rng):
-                    record["torch_f64_loss"] = exp.floor.step(t_batches)
+                    record["torch_f64_loss"] = run.floor.step(t_batches)
         if only != "torch":
             start = time.perf_counter()
             j_batches = [(_jax_input(jx_b, exp.np_dtype), jnp.asarray(np.asarray(jy_b))) for _, (jx_b, jy_b) in group]
@@ -300,21 +314,21 @@ def _train_epoch(exp: Experiment, report: RunReport, only: str | None, max_steps
             record["jax_loss"] = step_loss([float(loss) for loss in j_losses])
             j_time += time.perf_counter() - start
         report.steps.append(record)
-        _stop_if_not_finite(report, record, step, epoch, exp)
+        _stop_if_not_finite(report, record, step, epoch)
         if hunting and losses_differ(record["torch_loss"], record["jax_loss"], tol):
             report.first_divergent_step = step
             with _rng_state(rng):
-                report.first_divergent_layer = _replay_step(exp, t_snap, merge_model(graphdef, j_snap), tx_b)
-        step += 1
+                report.first_divergent_layer = _replay_step(exp, t_snap, merge_model(graphdef, j_snap), first_input)
+        run.step += 1
         info = " ".join(f"{k.split('_')[0]} {record[k]:.4f}" for k in ("torch_loss", "jax_loss") if k in record)
-        bar.update(task, advance=1, info=f"epoch {epoch + 1}/{cfg.train.epochs} loss {info}")
+        advance(f"epoch {epoch + 1}/{cfg.train.epochs} loss {info}")
     nnx.update(exp.jax_model, state.params, state.buffers)
-    exp.opt_state = state.opt_state
+    run.opt_state = state.opt_state
     if exp.t_sched is not None and cfg.scheduler.interval == "epoch" and only != "jax":
         exp.t_sched.step()
-    if exp.floor is not None:
-        exp.floor.end_epoch()
-    return t_time, j_time, step
+    if run.floor is not None:
+        run.floor.end_epoch()
+    return t_time, j_time
 
 
 @contextlib.contextmanager
@@ -331,7 +345,7 @@ def _rng_state(state: torch.Tensor) -> Iterator[None]:
         jax_random.set_rng_state(jax_after)
 
 
-def _stop_if_not_finite(report: RunReport, record: dict[str, Any], step: int, epoch: int, exp: Experiment) -> None:
+def _stop_if_not_finite(report: RunReport, record: dict[str, Any], step: int, epoch: int) -> None:
     for side in ("torch", "jax"):
         value = record.get(f"{side}_loss")
         if value is not None and not math.isfinite(value):
@@ -344,10 +358,11 @@ def _stop_if_not_finite(report: RunReport, record: dict[str, Any], step: int, ep
             raise error
 
 
-def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: float, j_time: float) -> EpochRecord:
+def _measure(run: _Run, t_time: float, j_time: float) -> EpochRecord:
     """The end-of-epoch record: parameter and buffer divergence, held-out accuracy, agreement, timings."""
     from flax import nnx
 
+    exp, only, epoch, step = run.exp, run.only, run.epoch, run.step
     rec = EpochRecord(epoch=epoch, steps=step, torch_seconds=t_time if only != "jax" else math.nan,
                       jax_seconds=j_time if only != "torch" else math.nan,
                       **lr_fields(exp.lrs.at(step - 1, epoch)))  # the lrs this epoch's last step used
@@ -357,20 +372,21 @@ def _measure(exp: Experiment, only: str | None, epoch: int, step: int, t_time: f
         params = [k for k, _ in exp.torch_model.named_parameters()]
         buffers = [k for k in theirs if "running_" in k]
         floor = {}
-        if exp.floor is not None:
-            floor = {**exp.floor.distances(exp.torch_model),
-                     **(exp.floor.distances(exp.torch_model, buffers=True) if buffers else {})}
+        if run.floor is not None:
+            floor = {**run.floor.distances(exp.torch_model),
+                     **(run.floor.distances(exp.torch_model, buffers=True) if buffers else {})}
         measure_states(rec, theirs, ours, params=params, buffers=buffers, floor=floor, tol=exp.config.train.tolerance)
     if exp.eval_loaders is not None:
-        rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(exp, only)
+        rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(run)
     return rec
 
 
-def _evaluate(exp: Experiment, only: str | None) -> tuple[float, float, float]:
+def _evaluate(run: _Run) -> tuple[float, float, float]:
     """Held-out accuracy of each side and the share of samples whose predicted class agrees."""
+    exp, only = run.exp, run.only
     t_pred, j_pred, labels = [], [], []
     exp.torch_model.eval()
-    graphdef, state = _state(exp)
+    graphdef, state = _state(run)
     forward = _eval_step(graphdef, _jax_autocast(exp))
     for (tx, ty), (jx, _) in zip(*exp.eval_loaders, strict=True):
         labels.append(ty.numpy())

@@ -30,12 +30,14 @@ def test_recipe_passes_strictly_in_float64(tmp_path, name, measured):
     assert last.param_max_rel <= 10 * measured and last.agreement == 1.0
 
 
+# float32 judged by the floor on one of the two transformers: the char GPT's float32 run proves the same
+# verdict on the same layers (measured 7.5e-3 vs its floor 8.4e-3) in 45 s more.
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["vit_tiny_digits", "char_gpt"])
+@pytest.mark.parametrize("name", ["vit_tiny_digits"])
 def test_recipe_passes_in_float32_by_torchs_floor(tmp_path, name):
     """float32 as shipped: JAX is about as far from torch as torch's float32 run is from its float64 twin
-    (measured: ViT 4.2e-4 vs floor 3.4e-4; char GPT 7.5e-3 vs 8.4e-3, both at an attention in_proj_bias),
-    beyond rtol 1e-4, within the floor verdict's 5x."""
+    (measured: ViT 4.2e-4 vs floor 3.4e-4 at an attention in_proj_bias), beyond rtol 1e-4, within the floor
+    verdict's 5x."""
     report = run_experiment(load_config(name), runs_dir=tmp_path, progress=False)
     assert report.passed, report.message
     assert report.epochs[-1].agreement >= 0.99
