@@ -20,7 +20,7 @@ import torch
 
 from parity.config import ConfigError
 
-__all__ = ["Experiment", "LearningRates", "build_experiment", "cast_jax_model", "float_dtypes", "init_note",
+__all__ = ["Experiment", "LearningRates", "build_experiment", "build_loss", "cast_jax_model", "float_dtypes", "init_note",
            "jax_optimizer", "optimizer_defaults", "torch_optimizer", "transforms", "user_arrays"]
 
 
@@ -60,6 +60,19 @@ class Experiment:
 def float_dtypes(name: str) -> tuple[torch.dtype, type]:
     """``(torch dtype, numpy dtype)`` of ``train.dtype``."""
     return {"float32": (torch.float32, np.float32), "float64": (torch.float64, np.float64)}[name]
+
+
+def build_loss(section: Any, framework: str) -> Any:
+    """The loss module of a ``train.loss`` section (``parity.config.LossConfig``): ``torch.nn.<name>(**kwargs)``
+    for ``framework="torch"``, ``jax_impl.nn.<name>(**kwargs)`` for ``"jax"``; ``None`` is torch's
+    ``CrossEntropyLoss()``."""
+    if framework == "torch":
+        namespace = torch.nn
+    else:
+        import jax_impl.nn as namespace
+    if section is None:
+        return namespace.CrossEntropyLoss()
+    return getattr(namespace, section.name)(**section.kwargs)
 
 
 def cast_jax_model(model: Any, dtype: Any) -> None:
@@ -299,7 +312,6 @@ def _probe(torch_model: torch.nn.Module, loss_fn: Any, loader: Any, dtype: torch
 def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any] | None = None) -> Experiment:
     from flax import nnx
 
-    import jax_impl.nn as jnn
     from jax_impl.data import datasets as jdata
     from parity.models import build_models, example_input
     from torch_ref import data as tdata
@@ -337,8 +349,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     t_train, j_train = loaders(True)
     has_val = data[1] is not None if data is not None else cfg.data.val_fraction > 0
     eval_loaders = loaders(False) if has_val else None
-    loss = cfg.train.loss
-    t_loss = getattr(torch.nn, loss.name)(**loss.kwargs)
+    t_loss = build_loss(cfg.train.loss, "torch")
     _probe(torch_model, t_loss, t_train, t_dtype)
     steps_per_epoch = -(-len(t_train) // cfg.train.accumulate)  # optimizer steps: train.accumulate batches each
     t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
@@ -349,5 +360,5 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
         t_train=t_train, j_train=j_train, eval_loaders=eval_loaders, steps_per_epoch=steps_per_epoch,
         t_opt=t_opt, t_sched=t_sched, groups=groups, tx=tx, lrs=lrs,
         opt_state=tx.init(nnx.state(jax_model, nnx.Param)),
-        t_loss=t_loss, j_loss=getattr(jnn, loss.name)(**loss.kwargs), init=note,
+        t_loss=t_loss, j_loss=build_loss(cfg.train.loss, "jax"), init=note,
     )

@@ -39,11 +39,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from parity.build import build_loss, float_dtypes
 from parity.measure import input_array
 
 __all__ = [
     "DDPSpec",
     "Hosts",
+    "RunContext",
     "build_torch_model",
     "compare_ddp",
     "divergence",
@@ -84,7 +86,8 @@ class Hosts:
 
 @dataclasses.dataclass(frozen=True)
 class DDPSpec:
-    """One data-parallel experiment, picklable (it travels to every process)."""
+    """What one data-parallel side trains, picklable (it travels to every process); how it is run (progress,
+    snapshots, staging, resume, hosts) is its :class:`RunContext`."""
 
     model: str
     model_kwargs: dict[str, Any]
@@ -102,20 +105,12 @@ class DDPSpec:
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # torch_ref.parallel.resolve_backend
     scheduler: Any = None  # parity.config.SchedulerConfig: torch's scheduler, stepped per its interval
     loss: Any = None  # parity.config.LossConfig (torch.nn / jax_impl.nn class and kwargs); None: CrossEntropyLoss()
-    # Steps (counted from 1) after which rank 0 / replica 0 records its state_dict, e.g. each epoch's end.
     # mode="multiprocess": JAX processes joined by jax.distributed (hosts), each with world_size / processes
     # local devices; None: world_size processes of one device.
     processes: int | None = None
     # JAX averages gradients in rank order (jax_impl.parallel's ordered_mean): the same bits in every mode and
     # process layout for a given world_size.
     ordered_mean: bool = True
-    snapshot_steps: tuple[int, ...] = ()
-    # Where training starts: a whole epoch's state from a checkpoint (resume_state of a previous run's side:
-    # {"step", "epoch", "model", "optimizer", "scheduler"} for torch, {"step", "epoch", "model", "opt_leaves"}
-    # for JAX), one per side and dtype ("torch", "floor", "jax"); None: from `initial`.
-    resume: dict[str, Any] | None = None
-    phases: Any = None  # parity.progress.Phases: a line on stderr at each snapshot; None: silent
-    hosts: Hosts | None = None  # this host's part of a run over several hosts; None: every process runs here
     # A user's model pair by import path, ("pkg.module:TorchModel", "pkg.module:JaxModel"), each called with
     # model_kwargs; None: torch_ref.models.<model> and jax_impl.models.<model>.
     model_paths: tuple[str, str] | None = None
@@ -132,13 +127,34 @@ class DDPSpec:
     # data.transform's configs (parity.config.TransformConfig): each rank applies them to its samples, as its
     # DataLoader fetches them; random ones draw from the rank's global generator. (): the arrays as they are.
     transform: tuple[Any, ...] = ()
+
+    def steps_per_epoch(self) -> int:
+        return steps_per_epoch(len(self.x), self.world_size, self.local_batch, self.accumulate)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """How a side of a data-parallel run is run, beside what it trains (:class:`DDPSpec`); picklable.
+
+    The default context trains from the spec's initial weights, silently, keeping only the final state.
+    """
+
+    # Steps (counted from 1) after which rank 0 / replica 0 records its state_dict, e.g. each epoch's end.
+    snapshot_steps: tuple[int, ...] = ()
+    # Where training starts: a whole epoch's state from a checkpoint (resume_state of a previous run's side:
+    # {"step", "epoch", "model", "optimizer", "scheduler"} for torch, {"step", "epoch", "model", "opt_leaves"}
+    # for JAX), one per side and dtype ("torch", "floor", "jax"); None: from `initial`.
+    resume: dict[str, Any] | None = None
+    phases: Any = None  # parity.progress.Phases: a line on stderr at each snapshot; None: silent
+    hosts: Hosts | None = None  # this host's part of a run over several hosts; None: every process runs here
     # A folder where rank 0 / replica 0 writes each whole epoch as it completes (parity.staging), under
     # stage_key ("torch", "floor" or "jax"): what an interrupted run keeps. None: nothing written.
     stage_dir: str | None = None
     stage_key: str = ""
 
-    def steps_per_epoch(self) -> int:
-        return steps_per_epoch(len(self.x), self.world_size, self.local_batch, self.accumulate)
+    def start(self, side: str) -> dict[str, Any] | None:
+        """The resume state ``side`` starts from, if any."""
+        return None if self.resume is None else self.resume.get(side)
 
 
 def steps_per_epoch(samples: int, world_size: int, local_batch: int, accumulate: int = 1) -> int:
@@ -149,11 +165,11 @@ def steps_per_epoch(samples: int, world_size: int, local_batch: int, accumulate:
 
 
 class _Recorder:
-    """Rank 0's snapshots at ``spec.snapshot_steps``: the state_dict, the seconds since the previous one
-    (the snapshot itself excluded) and a progress line; each whole epoch written to ``spec.stage_dir``."""
+    """Rank 0's snapshots at ``context.snapshot_steps``: the state_dict, the seconds since the previous one
+    (the snapshot itself excluded) and a progress line; each whole epoch written to ``context.stage_dir``."""
 
-    def __init__(self, spec: DDPSpec, side: str, active: bool = True) -> None:
-        self.spec, self.side, self.active = spec, side, active
+    def __init__(self, spec: DDPSpec, context: RunContext, side: str, active: bool = True) -> None:
+        self.spec, self.context, self.side, self.active = spec, context, side, active
         self.snapshots: dict[int, dict[str, np.ndarray]] = {}
         self.seconds: dict[int, float] = {}
         self.resume_state: dict[str, Any] | None = None  # the last whole epoch's, for a checkpoint
@@ -164,10 +180,10 @@ class _Recorder:
         """Call after a whole epoch (its scheduler step included): keeps ``state()`` as the resume state."""
         if self.active and done % self.spec.steps_per_epoch() == 0:
             self.resume_state = {"step": done, "epoch": epoch + 1, **state()}
-            if self.spec.stage_dir is not None:
+            if self.context.stage_dir is not None:
                 from parity.staging import write_epoch
 
-                write_epoch(self.spec.stage_dir, self.spec.stage_key, done, epoch + 1, self.losses,
+                write_epoch(self.context.stage_dir, self.context.stage_key, done, epoch + 1, self.losses,
                             self.seconds, {k: v for k, v in self.resume_state.items() if k not in ("step", "epoch")})
 
     def after(self, done: int, state: Any, loss: float) -> None:
@@ -175,22 +191,17 @@ class _Recorder:
         if not self.active:
             return
         self.losses.append(loss)
-        if done not in self.spec.snapshot_steps:
+        if done not in self.context.snapshot_steps:
             return
         self.seconds[done] = time.perf_counter() - self.start
         self.snapshots[done] = state()
-        if self.spec.phases is not None:
-            self.spec.phases(f"{self.side}: step {done}/{self.spec.steps}, loss {loss:.4f}")
+        if self.context.phases is not None:
+            self.context.phases(f"{self.side}: step {done}/{self.spec.steps}, loss {loss:.4f}")
         self.start = time.perf_counter()
 
     def result(self, losses: list[float], **extra: Any) -> dict[str, Any]:
         return {"losses": losses, "snapshots": self.snapshots, "seconds": self.seconds,
                 "resume_state": self.resume_state, **extra}
-
-
-def _start(spec: DDPSpec, side: str) -> dict[str, Any] | None:
-    """The resume state this side starts from, if any."""
-    return None if spec.resume is None else spec.resume.get(side)
 
 
 def build_torch_model(spec: DDPSpec) -> Any:
@@ -220,13 +231,14 @@ def _torch_model(spec: DDPSpec, initial: dict[str, np.ndarray]):
     """``(torch model holding initial, in spec's dtype; that dtype)``."""
     import torch
 
-    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    dtype = float_dtypes(spec.dtype)[0]
     model = build_torch_model(spec)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in initial.items()})
     return model.to(dtype), dtype
 
 
-def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
+def _torch_rank(rank: int, world_size: int, spec: DDPSpec, context: RunContext,
+                initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
     import torch
     import torch.distributed as dist
 
@@ -253,11 +265,12 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
                                                  torch.from_numpy(spec.y))
     sampler = parallel.sampler(dataset, shuffle=True, seed=spec.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=spec.local_batch, sampler=sampler)
-    loss_fn = _loss(spec, torch.nn)
+    loss_fn = build_loss(spec.loss, "torch")
     device = next(ddp.parameters()).device
     loss_device = device if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces GPU tensors only
     losses, step, epoch = [], 0, 0
-    start = _start(spec, "floor" if spec.dtype == "float64" and spec.resume and "floor" in spec.resume else "torch")
+    start = context.start("floor" if spec.dtype == "float64" and context.resume and "floor" in context.resume
+                          else "torch")
     if start is not None:
         # Copies: the spec's tensors travel to every rank in one shared-memory storage (torch's pickling for
         # processes), and torch's optimizer keeps loaded state tensors as they are, updating them in place.
@@ -268,7 +281,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
             scheduler.load_state_dict(start["scheduler"])
         step, epoch = start["step"], start["epoch"]
     side = f"torch DDP ({spec.dtype})" if spec.dtype == "float64" else "torch DDP"
-    recorder = _Recorder(spec, side, active=rank == 0)
+    recorder = _Recorder(spec, context, side, active=rank == 0)
     state = lambda: {k: v.detach().cpu().numpy().copy() for k, v in ddp.module.state_dict().items()}  # noqa: E731
 
     def resume_state() -> dict[str, Any]:
@@ -317,7 +330,7 @@ def _torch_rank(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np
     return recorder.result(losses, state=state())
 
 
-def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any]:
+def _torch_full_batch(spec: DDPSpec, context: RunContext, initial: dict[str, np.ndarray]) -> dict[str, Any]:
     """SyncBatchNorm's reference on CPU (torch's SyncBatchNorm runs on GPUs only): one process, plain
     BatchNorm, each step on the concatenation of the ranks' local batches. With equal local batches that
     is SyncBN's arithmetic: global-batch statistics, and the gradient of the mean of the local mean losses."""
@@ -329,12 +342,12 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
     model.train()
     optimizer = _torch_optimizer(spec, model)
     scheduler = _torch_scheduler(spec, optimizer)
-    loss_fn = _loss(spec, torch.nn)
+    loss_fn = build_loss(spec.loss, "torch")
     losses = []
     per_epoch = spec.steps_per_epoch()
-    recorder = _Recorder(spec, "torch (global batch)")
+    recorder = _Recorder(spec, context, "torch (global batch)")
     state = lambda: {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}  # noqa: E731
-    for step, group in enumerate(_rank_steps(spec, spec.world_size, range(spec.world_size))):
+    for step, group in enumerate(_rank_steps(spec, context, spec.world_size, range(spec.world_size))):
         micro = [(torch.from_numpy(np.concatenate([np.asarray(b[0]) for b in batches])),
                   torch.from_numpy(np.concatenate([np.asarray(b[1]) for b in batches]))) for batches in group]
         losses.append(step_loss(torch_train_step(model, loss_fn, optimizer, micro, dtype=dtype,
@@ -344,13 +357,6 @@ def _torch_full_batch(spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str
         if scheduler is not None and (spec.scheduler.interval == "step" or (step + 1) % per_epoch == 0):
             scheduler.step()
     return recorder.result(losses, state=state())
-
-
-def _loss(spec: DDPSpec, namespace: Any) -> Any:
-    """``namespace.<loss name>(**kwargs)``: ``torch.nn`` or ``jax_impl.nn``."""
-    if spec.loss is None:
-        return namespace.CrossEntropyLoss()
-    return getattr(namespace, spec.loss.name)(**spec.loss.kwargs)
 
 
 def _groups(spec: DDPSpec, names: list[str]) -> list[tuple[dict[str, Any], list[str]]]:
@@ -376,13 +382,13 @@ def _torch_scheduler(spec: DDPSpec, optimizer: Any) -> Any:
     return build_scheduler(spec.scheduler, optimizer)
 
 
-def rank_generators(spec: DDPSpec, ranks: range) -> list[Any]:
+def rank_generators(spec: DDPSpec, ranks: range, context: RunContext = RunContext()) -> list[Any]:
     """One ``jax_impl.random.Generator`` per rank of the world (``None`` for ranks not in ``ranks``), each
     where torch's rank leaves its global generator before training: ``torch.manual_seed(seed + rank)``, or
     on resume the state the JAX side's checkpoint holds for that rank."""
     from jax_impl.random import Generator
 
-    start = _start(spec, "jax")
+    start = context.start("jax")
     saved = None if start is None else start.get("rng")
     if saved is not None:
         return [Generator().set_state(np.asarray(saved[r])) if r in ranks else None for r in range(spec.world_size)]
@@ -396,7 +402,8 @@ def _rng_tensors(states: Any) -> list[Any]:
     return [torch.from_numpy(np.array(v, dtype=np.uint8)) for v in states]
 
 
-def _rank_steps(spec: DDPSpec, world_size: int, ranks: range, generators: Sequence[Any] | None = None):
+def _rank_steps(spec: DDPSpec, context: RunContext, world_size: int, ranks: range,
+                generators: Sequence[Any] | None = None):
     """Per optimizer step, its micro-batches (``spec.accumulate`` of them; an epoch's last group may be
     shorter), each a list over ``ranks`` of that rank's ``(x, y)`` local batch (jax_impl.data, torch's
     order), from the JAX side's resume point if there is one. ``generators[r]`` is rank ``r``'s global
@@ -416,7 +423,7 @@ def _rank_steps(spec: DDPSpec, world_size: int, ranks: range, generators: Sequen
     loaders = [DataLoader(d, batch_size=spec.local_batch, sampler=s,
                           generator=None if generators is None else generators[r])
                for r, d, s in zip(ranks, datasets, samplers, strict=True)]
-    start = _start(spec, "jax")
+    start = context.start("jax")
     step, epoch = (start["step"], start["epoch"]) if start is not None else (0, 0)
     while step < spec.steps:
         for s in samplers:
@@ -487,15 +494,13 @@ def validate_spec(spec: DDPSpec) -> None:
     for bad options, ``NotImplementedError`` for what jax_impl lacks,
     ``AttributeError`` for an unknown loss), before any rank is started.
     """
-    import torch
 
-    import jax_impl.nn as jnn
 
     model = build_torch_model(spec)
     _torch_scheduler(spec, _torch_optimizer(spec, model))
     jax_optimizer(spec, [name for name, _ in model.named_parameters()])
-    _loss(spec, torch.nn)
-    _loss(spec, jnn)
+    build_loss(spec.loss, "torch")
+    build_loss(spec.loss, "jax")
 
 
 def jax_optimizer(spec: DDPSpec, names: list[str]) -> Any:
@@ -538,13 +543,13 @@ def _state_dict(model) -> dict[str, np.ndarray]:
     return {k: v.numpy().copy() for k, v in to_torch_state_dict(model).items()}
 
 
-def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any]:
+def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, context: RunContext,
+                        initial: dict[str, np.ndarray]) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    import jax_impl.nn as jnn
     from jax_impl import parallel
     from jax_impl.random import replica_generators
 
@@ -553,11 +558,11 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     if len(devices) != n and spec.mode != "vmap":
         raise RuntimeError(f"{n} JAX devices needed, found {len(jax.local_devices())} "
                            '(DDPSpec(mode="vmap") runs the replicas on one device)')
-    graphdef, state, tx, done = _jax_start(spec, initial)
-    loss_fn = _loss(spec, jnn)
-    fdtype = np.float64 if spec.dtype == "float64" else np.float32
+    graphdef, state, tx, done = _jax_start(spec, context, initial)
+    loss_fn = build_loss(spec.loss, "jax")
+    fdtype = float_dtypes(spec.dtype)[1]
     losses = []
-    recorder = _Recorder(spec, f"JAX {spec.mode}")
+    recorder = _Recorder(spec, context, f"JAX {spec.mode}")
     replicated = spec.mode in ("pmap", "vmap")
 
     def local_state() -> Any:
@@ -575,7 +580,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         recorder.after(done + len(losses), state_dict, loss)
         recorder.epoch_end(done + len(losses), (done + len(losses)) // spec.steps_per_epoch() - 1, resume_state)
 
-    generators = rank_generators(spec, range(n))
+    generators = rank_generators(spec, range(n), context)
     # Dropout draws each replica's masks from its rank's generator (traced on the first call, in here);
     # vmap's replicas share one callback, so dropout is refused there (parity.parallel_runner).
     routing = replica_generators(parallel.AXIS, generators) if spec.mode != "vmap" else contextlib.nullcontext()
@@ -588,7 +593,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
             step = parallel.vmap_train_step(graphdef, loss_fn, tx, ordered_mean=spec.ordered_mean, **_step_args(spec))
             state = parallel.replicate(state, copies=n)
         with routing:
-            for group in _rank_steps(spec, n, range(n), generators):
+            for group in _rank_steps(spec, context, n, range(n), generators):
                 micro = [(np.stack([input_array(b[0], fdtype) for b in batches]),
                           np.stack([np.asarray(b[1]) for b in batches])) for batches in group]
                 state, loss = _call(step, state, micro, spec.accumulate)
@@ -600,7 +605,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
         state = jax.device_put(state, NamedSharding(mesh, P()))
         rows = NamedSharding(mesh, P(parallel.AXIS))
         with routing:
-            for group in _rank_steps(spec, n, range(n), generators):
+            for group in _rank_steps(spec, context, n, range(n), generators):
                 micro = [(jax.device_put(np.concatenate([input_array(b[0], fdtype) for b in batches]), rows),
                           jax.device_put(np.concatenate([np.asarray(b[1]) for b in batches]), rows))
                          for batches in group]
@@ -609,7 +614,7 @@ def _jax_single_process(rank: int, world_size: int, spec: DDPSpec, initial: dict
     return recorder.result(losses, state=state_dict())
 
 
-def _jax_start(spec: DDPSpec, initial: dict[str, np.ndarray]) -> tuple[Any, Any, Any, int]:
+def _jax_start(spec: DDPSpec, context: RunContext, initial: dict[str, np.ndarray]) -> tuple[Any, Any, Any, int]:
     """``(graphdef, TrainState, tx, steps done)``: the model and optimizer from ``initial``, or from the JAX
     side's resume state (its model, and its optimizer state's leaves in the tree of ``tx.init``)."""
     import jax
@@ -617,7 +622,7 @@ def _jax_start(spec: DDPSpec, initial: dict[str, np.ndarray]) -> tuple[Any, Any,
 
     from jax_impl import parallel
 
-    start = _start(spec, "jax")
+    start = context.start("jax")
     weights = initial if start is None else {k: np.asarray(v) for k, v in start["model"].items()}
     model, tx = _jax_model_and_tx(spec, weights, parallel.AXIS)
     graphdef, state = parallel.init_train_state(model, tx)
@@ -642,26 +647,26 @@ def _jax_resume_state(graphdef: Any, local: Any) -> dict[str, Any]:
             "opt_leaves": [torch.from_numpy(np.array(v)) for v in jax.tree.leaves(local.opt_state)]}
 
 
-def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
+def _jax_process(rank: int, world_size: int, spec: DDPSpec, context: RunContext,
+                 initial: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """One of ``world_size`` processes (``jax.distributed``): a global mesh, this process's shard of each batch."""
     import jax
     from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    import jax_impl.nn as jnn
     from jax_impl import parallel
     from jax_impl.random import replica_generators
 
-    graphdef, state, tx, done = _jax_start(spec, initial)
+    graphdef, state, tx, done = _jax_start(spec, context, initial)
     mesh = Mesh(np.array(jax.devices()), (parallel.AXIS,))
-    step = parallel.sharded_train_step(graphdef, _loss(spec, jnn), tx, mesh,
+    step = parallel.sharded_train_step(graphdef, build_loss(spec.loss, "jax"), tx, mesh,
                                        ordered_mean=spec.ordered_mean, **_step_args(spec))
     state = jax.device_put(state, NamedSharding(mesh, P()))
     rows = NamedSharding(mesh, P(parallel.AXIS))
-    fdtype = np.float64 if spec.dtype == "float64" else np.float32
+    fdtype = float_dtypes(spec.dtype)[1]
     losses = []
-    recorder = _Recorder(spec, f"JAX, {world_size} processes", active=rank == 0)
+    recorder = _Recorder(spec, context, f"JAX, {world_size} processes", active=rank == 0)
     if len(jax.devices()) != spec.world_size:
         raise RuntimeError(f"{spec.world_size} JAX devices needed across {world_size} processes, found "
                            f"{len(jax.devices())}")
@@ -677,9 +682,9 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
 
     local = spec.world_size // world_size  # this process's devices: DDP ranks rank * local, ..., rank * local + local - 1
     mine = range(rank * local, (rank + 1) * local)
-    generators = rank_generators(spec, mine)
+    generators = rank_generators(spec, mine, context)
     with replica_generators(parallel.AXIS, generators):  # dropout: each replica its rank's generator
-        for group in _rank_steps(spec, spec.world_size, mine, generators):
+        for group in _rank_steps(spec, context, spec.world_size, mine, generators):
             micro = [(jax.make_array_from_process_local_data(rows, np.concatenate([input_array(b[0], fdtype)
                                                                                    for b in batches])),
                       jax.make_array_from_process_local_data(rows, np.concatenate([np.asarray(b[1]) for b in batches])))
@@ -699,11 +704,13 @@ def _jax_process(rank: int, world_size: int, spec: DDPSpec, initial: dict[str, n
 
 
 def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600,
-                    global_batch: bool | None = None, floor: bool = False) -> dict[str, Any] | None:
+                    global_batch: bool | None = None, floor: bool = False,
+                    context: RunContext = RunContext()) -> dict[str, Any] | None:
     """torch's side of :func:`compare_ddp`: ``world_size`` DDP ranks, or one process on the global batches.
 
     Args:
       initial: the starting ``state_dict`` (default: the seeded model's).
+      context: snapshots, progress, staging, resume and hosts of this side.
       global_batch: ``True``: one process with plain BatchNorm on the
         concatenated local batches (SyncBN's reference without CUDA);
         ``False``: DDP ranks; ``None``: the former only for ``sync_bn``
@@ -722,13 +729,13 @@ def torch_reference(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None,
     if global_batch is None:
         global_batch = spec.sync_bn and not torch.cuda.is_available()
     if global_batch:
-        return _torch_full_batch(spec, initial)
+        return _torch_full_batch(spec, context, initial)
     hosts = spec.processes if spec.mode == "multiprocess" and spec.processes else 1
     where = {}
-    if spec.hosts is not None:  # this host's ranks only; rank 0's result lives on process 0
-        where = {"node_rank": spec.hosts.process_id, "master_addr": spec.hosts.address,
-                 "master_port": spec.hosts.port + (2 if floor else 0)}
-    return tp.launch(_torch_rank, spec.world_size, (spec, initial), backend=spec.backend, timeout=timeout,
+    if context.hosts is not None:  # this host's ranks only; rank 0's result lives on process 0
+        where = {"node_rank": context.hosts.process_id, "master_addr": context.hosts.address,
+                 "master_port": context.hosts.port + (2 if floor else 0)}
+    return tp.launch(_torch_rank, spec.world_size, (spec, context, initial), backend=spec.backend, timeout=timeout,
                      local_world_size=spec.world_size // hosts, **where)[0]
 
 
@@ -738,16 +745,17 @@ def compare_ddp(spec: DDPSpec, *, timeout: float = 600) -> tuple[dict[str, Any],
     With ``sync_bn`` on a machine without CUDA the torch side is
     :func:`_torch_full_batch` (torch's SyncBatchNorm refuses CPU tensors).
     Each result is ``{"state": rank 0's state_dict as numpy, "losses": per-step mean over ranks,
-    "snapshots": {step: state_dict} at spec.snapshot_steps, "seconds": {step: seconds since the previous
+    "snapshots": {step: state_dict} at a context's snapshot_steps (none here), "seconds": {step: seconds since the previous
     snapshot}}``.
     """
     initial = initial_state(spec)
     return torch_reference(spec, initial, timeout=timeout), jax_run(spec, initial, timeout=timeout)
 
 
-def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600
-            ) -> dict[str, Any] | None:
-    """JAX's side of :func:`compare_ddp` (in fresh processes: ``world_size`` devices, or processes).
+def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, timeout: float = 600,
+            context: RunContext = RunContext()) -> dict[str, Any] | None:
+    """JAX's side of :func:`compare_ddp` (in fresh processes: ``world_size`` devices, or processes), run as
+    ``context`` says.
 
     Returns replica 0's result; ``None`` on a host other than process 0's.
     """
@@ -759,12 +767,13 @@ def jax_run(spec: DDPSpec, initial: dict[str, np.ndarray] | None = None, *, time
         if spec.world_size % processes:
             raise ValueError(f"world_size {spec.world_size} is not a multiple of processes {processes}")
         where = {}
-        if spec.hosts is not None:  # this host's process only; rank 0's result lives on process 0
-            where = {"ranks": [spec.hosts.process_id], "address": spec.hosts.address, "port": spec.hosts.port + 1}
-        return launch(_jax_process, processes, (spec, initial), local_devices=spec.world_size // processes,
+        if context.hosts is not None:  # this host's process only; rank 0's result lives on process 0
+            where = {"ranks": [context.hosts.process_id], "address": context.hosts.address,
+                     "port": context.hosts.port + 1}
+        return launch(_jax_process, processes, (spec, context, initial), local_devices=spec.world_size // processes,
                       timeout=timeout, env=_eigen_threads_env(spec.world_size), **where)[0]
     local = 1 if spec.mode == "vmap" else spec.world_size
-    return spawn(_jax_single_process, 1, (spec, initial), local_devices=local, timeout=timeout)[0]
+    return spawn(_jax_single_process, 1, (spec, context, initial), local_devices=local, timeout=timeout)[0]
 
 
 def _eigen_threads_env(world_size: int) -> dict[str, str]:

@@ -60,7 +60,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     """
     from jax_impl.data import datasets as jdata
     from jax_impl.data.collate import default_collate
-    from parity.parallel import DDPSpec, validate_spec
+    from parity.parallel import DDPSpec, RunContext, validate_spec
     from parity.parallel import steps_per_epoch as ddp_steps_per_epoch
 
     from parity.checkpoint import CheckpointError, check_resumable, read_checkpoint, resumed_report
@@ -125,9 +125,9 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
                    autocast=cfg.train.autocast, transform=cfg.data.transform,
                    local_batch=batch, steps=steps, seed=cfg.train.seed, sync_bn=par.sync_bn, dtype=cfg.train.dtype,
                    mode="multiprocess" if par.processes > 1 else par.jax_mode, processes=par.processes,
-                   backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss,
-                   snapshot_steps=ends, phases=phases if phases.enabled else None,
-                   resume=_resume_states(ckpt) if ckpt is not None else None, hosts=hosts)
+                   backend=par.backend, scheduler=cfg.scheduler, loss=cfg.train.loss)
+    context = RunContext(snapshot_steps=ends, phases=phases if phases.enabled else None,
+                         resume=_resume_states(ckpt) if ckpt is not None else None, hosts=hosts)
     dropout = _dropout_modules(spec) if only != "torch" else []
     why = ("with jax_mode vmap (its replicas share one host callback; use pmap or sharded)" if spec.mode == "vmap"
            else "with SyncBatchNorm on CPU (its torch reference trains the global batch in one process)"
@@ -161,7 +161,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
     before = (list(report.steps), list(report.epochs))  # a resumed run's rows, from its checkpoint
     try:
         with interrupt.immediate():  # this process only waits for the ranks: a signal stops them at once
-            runs = _train(spec, cfg, only, phases, stage, jax_initial)
+            runs = _train(spec, context, cfg, only, phases, stage, jax_initial)
         if hosts is not None and hosts.process_id != 0:
             report.message = (f"process {hosts.process_id} of {hosts.num_processes} trained its ranks; process 0 "
                               f"(on {hosts.address}) compares them and writes the report")
@@ -334,7 +334,7 @@ def _own_init(cfg: Any) -> tuple[str, dict[str, np.ndarray]]:
     return init_note(cfg, torch_model, jax_model), {k: np.array(v[...]) for k, v in module_state(jax_model).items()}
 
 
-def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | None = None,
+def _train(spec: Any, context: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | None = None,
            jax_initial: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Each side's run (``{"losses", "snapshots", "seconds", "state", ...}``), and torch's float64 twin of a
     float32 run (``"floor"``); each side's whole epochs staged in ``stage`` as it goes. ``jax_initial``: the
@@ -344,18 +344,19 @@ def _train(spec: Any, cfg: Any, only: str | None, phases: Phases, stage: Path | 
     initial = initial_state(spec)
     runs: dict[str, Any] = {}
 
-    def side(key: str, **changes: Any) -> Any:
-        return dataclasses.replace(spec, stage_dir=None if stage is None else str(stage), stage_key=key, **changes)
+    def staged(key: str) -> Any:  # the side's context: its whole epochs staged under its own key
+        return dataclasses.replace(context, stage_dir=None if stage is None else str(stage), stage_key=key)
 
     if only != "jax":
         phases(f"{_sides(spec)[0]}: training {spec.steps} steps")
-        runs["torch"] = torch_reference(side("torch"), initial)
+        runs["torch"] = torch_reference(spec, initial, context=staged("torch"))
         if _has_floor(cfg, only):
             phases(f"the same torch run in float64 beside it (torch's own float32 floor): {spec.steps} steps")
-            runs["floor"] = torch_reference(side("floor", dtype="float64"), initial, floor=True)
+            runs["floor"] = torch_reference(dataclasses.replace(spec, dtype="float64"), initial, floor=True,
+                                            context=staged("floor"))
     if only != "torch":
         phases(f"{_sides(spec)[1]}: compiling and training {spec.steps} steps")
-        runs["jax"] = jax_run(side("jax"), initial if jax_initial is None else jax_initial)
+        runs["jax"] = jax_run(spec, initial if jax_initial is None else jax_initial, context=staged("jax"))
     return runs
 
 
