@@ -51,7 +51,7 @@ def _torch_or_none() -> Any:
 def torch_sqrt_table() -> np.ndarray | None:
     """``torch.sqrt`` of every float32 in [1, 4) (``2**24`` values, 64 MiB), for sqrt mode ``"table"``.
 
-    ``None`` without torch. See ``jax_impl.optim._table_sqrt`` for why this
+    ``None`` without torch. See ``jax_impl.optim.torch_sqrt``'s table mode for why this
     table determines torch's float32 sqrt everywhere.
     """
     torch = _torch_or_none()
@@ -88,8 +88,7 @@ def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     import jax
     import jax.numpy as jnp
 
-    from jax_impl.optim._mkl_sqrt import torch_sqrt_f32
-    from jax_impl.optim._table_sqrt import table_sqrt
+    from jax_impl.optim import torch_sqrt
 
     inputs = _probe_inputs(samples)
     got = [torch.sqrt(torch.from_numpy(x)).numpy().view(np.uint32) for x in inputs]
@@ -99,9 +98,11 @@ def probe_torch_sqrt(samples: int = 1 << 16) -> str | None:
     # Both candidates are elementwise: each runs once on all the inputs end to end (one compile, not one
     # per length), and is compared with torch's per-length results joined the same way.
     want, joined = np.concatenate(got), jnp.asarray(np.concatenate(inputs))
-    if np.array_equal(want, np.asarray(jax.jit(torch_sqrt_f32)(joined)).view(np.uint32)):
+    mkl = jax.jit(lambda x: torch_sqrt(x, "mkl-avx512"))
+    if np.array_equal(want, np.asarray(mkl(joined)).view(np.uint32)):
         return "mkl-avx512"
-    if np.array_equal(want, np.asarray(jax.jit(table_sqrt)(joined, torch_sqrt_table())).view(np.uint32)):
+    table = jax.jit(lambda x, t: torch_sqrt(x, "table", t))
+    if np.array_equal(want, np.asarray(table(joined, torch_sqrt_table())).view(np.uint32)):
         return "table"
     return None
 

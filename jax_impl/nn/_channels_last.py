@@ -43,6 +43,7 @@ import numpy as np
 from jax import lax
 
 from jax_impl.nn import functional as F
+from jax_impl.nn._arguments import ntuple, pool_args, pool_output_size
 from jax_impl.nn._fast_conv import (ConvGeometry, conv2d_core, takes_direct, takes_gemm,
                                     takes_onednn_channels_last)
 from jax_impl.nn._functional_activation import relu
@@ -85,7 +86,7 @@ def to_nchw(z):
 def _pads(conv) -> tuple[tuple[int, int], tuple[int, int]] | None:
     if isinstance(conv.padding, str):
         return None
-    ph, pw = F._ntuple(conv.padding, 2, "padding")
+    ph, pw = ntuple(conv.padding, 2, "padding")
     return (ph, ph), (pw, pw)
 
 
@@ -101,7 +102,7 @@ def conv_shape(conv, x_shape, dtype) -> tuple[int, ...] | None:
     if (pads is None or conv.groups != 1 or conv.padding_mode != "zeros" or w.ndim != 4 or w.dtype != dtype
             or len(x_shape) != 4 or x_shape[1] != w.shape[1] or x_shape[0] == 0):
         return None
-    stride, dilation = F._ntuple(conv.stride, 2, "stride"), F._ntuple(conv.dilation, 2, "dilation")
+    stride, dilation = ntuple(conv.stride, 2, "stride"), ntuple(conv.dilation, 2, "dilation")
     geometry = ConvGeometry.of(x_shape, w.shape, stride, pads, dilation)
     if min(geometry.out_size) < 1 or takes_gemm(geometry) or takes_direct(geometry):
         return None
@@ -144,7 +145,7 @@ def _conv_nhwc_jvp(stride, pads, dilation, primals, tangents):
 def conv2d(conv, z):
     """``conv`` (a ``Conv2d`` that :func:`conv_shape` accepts) on NHWC ``z``."""
     w = conv.weight[...]
-    stride, dilation = F._ntuple(conv.stride, 2, "stride"), F._ntuple(conv.dilation, 2, "dilation")
+    stride, dilation = ntuple(conv.stride, 2, "stride"), ntuple(conv.dilation, 2, "dilation")
     pads = _pads(conv)
     if w.shape[2:] == (1, 1) and pads == ((0, 0), (0, 0)):
         # A 1x1 conv is a GEMM over the channels of the strided view (jax's own derivatives).
@@ -201,9 +202,9 @@ def _window_max_nhwc_jvp(kernel, stride, padding, dilation, ceil_mode, out, prim
 def _pool_geometry(pool, spatial):
     """``(kernel, stride, padding, dilation, out)`` of ``pool`` over ``spatial`` (H, W), as the NCHW function
     checks and computes them (torch's errors for bad arguments)."""
-    kernel, stride, padding, dilation = F._pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
+    kernel, stride, padding, dilation = pool_args(2, None, pool.kernel_size, pool.stride, pool.padding,
                                                      pool.dilation, "max_pool2d")
-    out = tuple(F._pool_output_size(n, k, s, p, d, pool.ceil_mode)
+    out = tuple(pool_output_size(n, k, s, p, d, pool.ceil_mode)
                 for n, k, s, p, d in zip(spatial, kernel, stride, padding, dilation))
     return tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), out
 

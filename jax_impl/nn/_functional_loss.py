@@ -47,7 +47,7 @@ _EPSILON = float(np.float32(1e-12))
 # ----------------------------------------------------------------------------- reduction
 
 
-def _legacy_get_string(size_average: bool | None, reduce: bool | None) -> str:
+def legacy_get_string(size_average: bool | None, reduce: bool | None) -> str:
     """torch.nn._reduction.legacy_get_string, warning included."""
     size_average = True if size_average is None else size_average
     reduce = True if reduce is None else reduce
@@ -62,7 +62,7 @@ def _legacy_get_string(size_average: bool | None, reduce: bool | None) -> str:
 def _reduction(size_average: bool | None, reduce: bool | None, reduction: str) -> str:
     """Resolve the deprecated flags and validate like ``_Reduction.get_enum``."""
     if size_average is not None or reduce is not None:
-        reduction = _legacy_get_string(size_average, reduce)
+        reduction = legacy_get_string(size_average, reduce)
     if reduction == "elementwise_mean":
         warnings.warn("reduction='elementwise_mean' is deprecated. Please use reduction='mean' instead.", stacklevel=3)
         return "mean"
@@ -716,7 +716,7 @@ def _regression_args(input, target, size_average, reduce, reduction, weighted=Fa
     x, t = _float(input, target)
     _size_warning(x, t)
     if size_average is not None or reduce is not None:
-        reduction = _legacy_get_string(size_average, reduce)
+        reduction = legacy_get_string(size_average, reduce)
     if weighted:
         # torch/nn/functional.py's weighted branch validates with its own message.
         if reduction not in ("none", "mean", "sum"):
@@ -897,7 +897,7 @@ def kl_div(
     """
     x, t = _float(input, target)
     if size_average is not None or reduce is not None:
-        reduction = _legacy_get_string(size_average, reduce)
+        reduction = legacy_get_string(size_average, reduce)
     if reduction == "batchmean":
         inner = "sum"
     else:

@@ -17,7 +17,7 @@ from bisect import bisect_right
 from collections import Counter
 
 
-class _Scheduler:
+class SchedulerMirror:
     """``LRScheduler``: constructor sets ``initial_lr`` and takes the initial step."""
 
     has_closed_form = False
@@ -59,7 +59,7 @@ class _Scheduler:
         raise NotImplementedError
 
 
-class _LambdaLR(_Scheduler):
+class LambdaLRMirror(SchedulerMirror):
     def __init__(self, group, lr_lambda):
         self.lr_lambda = lr_lambda
         super().__init__(group)
@@ -68,7 +68,7 @@ class _LambdaLR(_Scheduler):
         return self.base_lr * self.lr_lambda(self.last_epoch)
 
 
-class _MultiplicativeLR(_Scheduler):
+class MultiplicativeLRMirror(SchedulerMirror):
     def __init__(self, group, lr_lambda):
         self.lr_lambda = lr_lambda
         super().__init__(group)
@@ -79,7 +79,7 @@ class _MultiplicativeLR(_Scheduler):
         return self.group["lr"]
 
 
-class _StepLR(_Scheduler):
+class StepLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, step_size, gamma):
@@ -95,7 +95,7 @@ class _StepLR(_Scheduler):
         return self.base_lr * self.gamma ** (self.last_epoch // self.step_size)
 
 
-class _MultiStepLR(_Scheduler):
+class MultiStepLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, milestones, gamma):
@@ -112,7 +112,7 @@ class _MultiStepLR(_Scheduler):
         return self.base_lr * self.gamma ** bisect_right(milestones, self.last_epoch)
 
 
-class _ConstantLR(_Scheduler):
+class ConstantLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, factor, total_iters):
@@ -130,7 +130,7 @@ class _ConstantLR(_Scheduler):
         return self.base_lr * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
 
 
-class _LinearLR(_Scheduler):
+class LinearLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, start_factor, end_factor, total_iters):
@@ -155,7 +155,7 @@ class _LinearLR(_Scheduler):
         )
 
 
-class _ExponentialLR(_Scheduler):
+class ExponentialLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, gamma):
@@ -171,7 +171,7 @@ class _ExponentialLR(_Scheduler):
         return self.base_lr * self.gamma**self.last_epoch
 
 
-class _PolynomialLR(_Scheduler):
+class PolynomialLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, total_iters, power):
@@ -190,7 +190,7 @@ class _PolynomialLR(_Scheduler):
         return self.base_lr * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
 
 
-class _CosineAnnealingLR(_Scheduler):
+class CosineAnnealingLRMirror(SchedulerMirror):
     has_closed_form = True
 
     def __init__(self, group, T_max, eta_min):
@@ -212,7 +212,7 @@ class _CosineAnnealingLR(_Scheduler):
         return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
 
 
-class _CosineAnnealingWarmRestarts(_Scheduler):
+class CosineAnnealingWarmRestartsMirror(SchedulerMirror):
     def __init__(self, group, T_0, T_mult, eta_min):
         self.T_0 = self.T_i = T_0
         self.T_mult, self.eta_min = T_mult, eta_min
@@ -241,7 +241,7 @@ def _cycle_momentum(group: dict, max_momentum: float, base_momentum: float) -> N
     group["base_momentum"] = base_momentum
 
 
-class _CyclicLR(_Scheduler):
+class CyclicLRMirror(SchedulerMirror):
     def __init__(self, group, base_lr, max_lr, step_size_up, step_size_down, mode, gamma, scale_fn, scale_mode,
                  cycle_momentum, base_momentum, max_momentum):
         group["lr"] = base_lr
@@ -284,7 +284,7 @@ class _CyclicLR(_Scheduler):
         return lr
 
 
-class _OneCycleLR(_Scheduler):
+class OneCycleLRMirror(SchedulerMirror):
     def __init__(self, group, max_lr, total_steps, pct_start, anneal_strategy, cycle_momentum, base_momentum,
                  max_momentum, div_factor, final_div_factor, three_phase):
         self.total_steps = total_steps
@@ -332,7 +332,7 @@ class _OneCycleLR(_Scheduler):
             start_step = end_step
 
 
-class _SequentialLR(_Scheduler):
+class SequentialLRMirror(SchedulerMirror):
     def __init__(self, group, schedulers, milestones):  # no LRScheduler.__init__, as in torch
         self.group, self._schedulers, self._milestones = group, schedulers, milestones
         self.last_epoch = 0
@@ -360,7 +360,7 @@ class _SequentialLR(_Scheduler):
         self._last_lr = scheduler._last_lr
 
 
-class _ChainedScheduler(_Scheduler):
+class ChainedSchedulerMirror(SchedulerMirror):
     def __init__(self, group, schedulers):  # no initial step of its own, as in torch
         self.group, self._schedulers = group, schedulers
         self._last_lr = group["lr"]

@@ -40,21 +40,21 @@ from jax_impl.optim.plateau import (
     reduce_lr_on_plateau_step,
 )
 from jax_impl.optim._lr_mirrors import (
-    _ChainedScheduler,
-    _ConstantLR,
-    _CosineAnnealingLR,
-    _CosineAnnealingWarmRestarts,
-    _CyclicLR,
-    _ExponentialLR,
-    _LambdaLR,
-    _LinearLR,
-    _MultiplicativeLR,
-    _MultiStepLR,
-    _OneCycleLR,
-    _PolynomialLR,
-    _Scheduler,
-    _SequentialLR,
-    _StepLR,
+    ChainedSchedulerMirror,
+    ConstantLRMirror,
+    CosineAnnealingLRMirror,
+    CosineAnnealingWarmRestartsMirror,
+    CyclicLRMirror,
+    ExponentialLRMirror,
+    LambdaLRMirror,
+    LinearLRMirror,
+    MultiplicativeLRMirror,
+    MultiStepLRMirror,
+    OneCycleLRMirror,
+    PolynomialLRMirror,
+    SchedulerMirror,
+    SequentialLRMirror,
+    StepLRMirror,
 )
 
 __all__ = [
@@ -133,7 +133,7 @@ class TorchSchedule(_HostSequence):
     ``betas[0]``) when the scheduler cycles it, else ``None``.
     """
 
-    def __init__(self, name: str, base_lr: float | None, build: Callable[[dict], _Scheduler]) -> None:
+    def __init__(self, name: str, base_lr: float | None, build: Callable[[dict], SchedulerMirror]) -> None:
         self.name, self.base_lr, self.build = name, base_lr, build
         self._group: dict[str, Any] = {"lr": base_lr}
         self._scheduler = build(self._group)  # validates eagerly, like torch's constructor
@@ -213,7 +213,7 @@ def _one_lambda(lr_lambda: Any) -> Callable[[int], float]:
 def lambda_lr(base_lr: float, lr_lambda: Callable[[int], float]) -> TorchSchedule:
     """``LambdaLR``: ``base_lr * lr_lambda(epoch)``."""
     fn = _one_lambda(lr_lambda)
-    return TorchSchedule("lambda_lr", base_lr, lambda g: _LambdaLR(g, fn))
+    return TorchSchedule("lambda_lr", base_lr, lambda g: LambdaLRMirror(g, fn))
 
 
 def multiplicative_lr(base_lr: float, lr_lambda: Callable[[int], float]) -> TorchSchedule:
@@ -221,25 +221,25 @@ def multiplicative_lr(base_lr: float, lr_lambda: Callable[[int], float]) -> Torc
     fn = _one_lambda(lr_lambda)
     if not callable(fn):
         raise TypeError(f"lr_lambda should be a function, but got {type(fn).__name__}")
-    return TorchSchedule("multiplicative_lr", base_lr, lambda g: _MultiplicativeLR(g, fn))
+    return TorchSchedule("multiplicative_lr", base_lr, lambda g: MultiplicativeLRMirror(g, fn))
 
 
 def step_lr(base_lr: float, step_size: int, gamma: float = 0.1) -> TorchSchedule:
     """``StepLR``: ``lr <- lr * gamma`` every ``step_size`` epochs."""
-    return TorchSchedule("step_lr", base_lr, lambda g: _StepLR(g, step_size, gamma))
+    return TorchSchedule("step_lr", base_lr, lambda g: StepLRMirror(g, step_size, gamma))
 
 
 def multi_step_lr(base_lr: float, milestones: Iterable[int], gamma: float = 0.1) -> TorchSchedule:
     """``MultiStepLR``: ``lr <- lr * gamma**count`` at each milestone (repeated milestones compound)."""
     milestones = list(milestones)
-    return TorchSchedule("multi_step_lr", base_lr, lambda g: _MultiStepLR(g, milestones, gamma))
+    return TorchSchedule("multi_step_lr", base_lr, lambda g: MultiStepLRMirror(g, milestones, gamma))
 
 
 def constant_lr(base_lr: float, factor: float = 1.0 / 3, total_iters: int = 5) -> TorchSchedule:
     """``ConstantLR``: ``lr * factor`` until ``total_iters``, then ``lr * (1 / factor)``."""
     if factor > 1.0 or factor < 0:
         raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
-    return TorchSchedule("constant_lr", base_lr, lambda g: _ConstantLR(g, factor, total_iters))
+    return TorchSchedule("constant_lr", base_lr, lambda g: ConstantLRMirror(g, factor, total_iters))
 
 
 def linear_lr(base_lr: float, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5) -> TorchSchedule:
@@ -248,22 +248,22 @@ def linear_lr(base_lr: float, start_factor: float = 1.0 / 3, end_factor: float =
         raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
     if end_factor > 1.0 or end_factor < 0:
         raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
-    return TorchSchedule("linear_lr", base_lr, lambda g: _LinearLR(g, start_factor, end_factor, total_iters))
+    return TorchSchedule("linear_lr", base_lr, lambda g: LinearLRMirror(g, start_factor, end_factor, total_iters))
 
 
 def exponential_lr(base_lr: float, gamma: float) -> TorchSchedule:
     """``ExponentialLR``: ``lr <- lr * gamma`` every epoch."""
-    return TorchSchedule("exponential_lr", base_lr, lambda g: _ExponentialLR(g, gamma))
+    return TorchSchedule("exponential_lr", base_lr, lambda g: ExponentialLRMirror(g, gamma))
 
 
 def polynomial_lr(base_lr: float, total_iters: int = 5, power: float = 1.0) -> TorchSchedule:
     """``PolynomialLR``: ``lr <- lr * ((1 - e/T) / (1 - (e-1)/T))**power`` up to ``total_iters``."""
-    return TorchSchedule("polynomial_lr", base_lr, lambda g: _PolynomialLR(g, total_iters, power))
+    return TorchSchedule("polynomial_lr", base_lr, lambda g: PolynomialLRMirror(g, total_iters, power))
 
 
 def cosine_annealing_lr(base_lr: float, T_max: int, eta_min: float = 0.0) -> TorchSchedule:
     """``CosineAnnealingLR`` (recursive form; not clamped: past ``T_max`` the lr rises again)."""
-    return TorchSchedule("cosine_annealing_lr", base_lr, lambda g: _CosineAnnealingLR(g, T_max, eta_min))
+    return TorchSchedule("cosine_annealing_lr", base_lr, lambda g: CosineAnnealingLRMirror(g, T_max, eta_min))
 
 
 def cosine_annealing_warm_restarts(base_lr: float, T_0: int, T_mult: int = 1, eta_min: float = 0.0) -> TorchSchedule:
@@ -275,7 +275,7 @@ def cosine_annealing_warm_restarts(base_lr: float, T_0: int, T_mult: int = 1, et
     if not isinstance(eta_min, (float, int)):
         raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type {type(eta_min)}")  # noqa: TRY004 - torch raises ValueError
     return TorchSchedule(
-        "cosine_annealing_warm_restarts", base_lr, lambda g: _CosineAnnealingWarmRestarts(g, T_0, T_mult, eta_min)
+        "cosine_annealing_warm_restarts", base_lr, lambda g: CosineAnnealingWarmRestartsMirror(g, T_0, T_mult, eta_min)
     )
 
 
@@ -305,7 +305,7 @@ def cyclic_lr(
         max_momentum = _one_group("max_momentum", max_momentum)
     args = (base_lr, max_lr, step_size_up, step_size_down, mode, gamma, scale_fn, scale_mode,
             cycle_momentum, base_momentum, max_momentum)
-    schedule = TorchSchedule("cyclic_lr", base_lr, lambda g: _CyclicLR(g, *args))
+    schedule = TorchSchedule("cyclic_lr", base_lr, lambda g: CyclicLRMirror(g, *args))
     schedule.base_lr = None  # the optimizer's own lr is irrelevant: CyclicLR overwrites it
     return schedule
 
@@ -352,7 +352,7 @@ def one_cycle_lr(
         base_momentum = _one_group("base_momentum", base_momentum)
     args = (max_lr, total_steps, pct_start, anneal_strategy, cycle_momentum, base_momentum, max_momentum,
             div_factor, final_div_factor, three_phase)
-    return TorchSchedule("one_cycle_lr", base_lr, lambda g: _OneCycleLR(g, *args))
+    return TorchSchedule("one_cycle_lr", base_lr, lambda g: OneCycleLRMirror(g, *args))
 
 
 def _check_subschedules(name: str, base_lr: float, schedulers: Sequence[Any], what: str) -> None:
@@ -381,7 +381,7 @@ def sequential_lr(base_lr: float, schedulers: Sequence[TorchSchedule], milestone
     milestones = list(milestones)
 
     def build(group):  # the sub-schedulers are constructed on the shared group first, as in torch
-        return _SequentialLR(group, [s.build(group) for s in schedulers], milestones)
+        return SequentialLRMirror(group, [s.build(group) for s in schedulers], milestones)
 
     schedule = TorchSchedule("sequential_lr", base_lr, build)
     schedule.children = tuple(schedulers)
@@ -391,7 +391,7 @@ def sequential_lr(base_lr: float, schedulers: Sequence[TorchSchedule], milestone
 def chained_scheduler(base_lr: float, schedulers: Sequence[TorchSchedule]) -> TorchSchedule:
     """``ChainedScheduler``: every sub-scheduler steps the shared lr in turn."""
     _check_subschedules("ChainedScheduler", base_lr, schedulers, " to be chained")
-    schedule = TorchSchedule("chained_scheduler", base_lr, lambda g: _ChainedScheduler(g, [s.build(g) for s in schedulers]))
+    schedule = TorchSchedule("chained_scheduler", base_lr, lambda g: ChainedSchedulerMirror(g, [s.build(g) for s in schedulers]))
     schedule.children = tuple(schedulers)
     return schedule
 

@@ -43,7 +43,7 @@ class _Loss(Module):
 
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
         if size_average is not None or reduce is not None:
-            reduction = F._legacy_get_string(size_average, reduce)
+            reduction = F.legacy_get_string(size_average, reduce)
         self.reduction = reduction
 
 
