@@ -169,3 +169,46 @@ def test_the_report_reads_every_groups_lr_from_the_built_optimizers():
     assert [g["lr"] for g in build_experiment(cfg).t_opt.param_groups] == [0.01, 0.02]
     assert report.steps[0]["lr"] == 0.01 and report.steps[0]["lrs"] == [0.01, 0.02]
     assert report.epochs[0].lr == 0.01 and report.epochs[0].lrs == [0.01, 0.02]
+
+
+def _jax_counterpart(section: str, name: str):
+    """jax_impl's callable for a torch class a config may name, or ``None`` where jax_impl has none."""
+    import jax_impl.nn as jnn
+    from parity.lr_scheduler import jax_schedule_factory
+    from parity.optim import jax_optimizer_factory
+
+    try:
+        if section == "optimizer":
+            return jax_optimizer_factory(name)
+        if section == "scheduler":
+            return jax_schedule_factory(name)
+        return getattr(jnn, name).__init__
+    except (NotImplementedError, AttributeError):
+        return None
+
+
+@pytest.mark.parametrize("section", ["optimizer", "scheduler", "loss"])
+def test_every_key_left_out_takes_torchs_default_on_both_sides(section):
+    """A key a config leaves out is not passed to either side, so each side's own default must be torch's:
+    every keyword default of jax_impl's optimizers, schedules and losses equals the torch class's (read from
+    torch's signature through the config registry). torch's execution-path flags (foreach, fused,
+    capturable, differentiable) are refused by jax_impl when set, and ``last_epoch`` is refused unless -1."""
+    import inspect
+
+    path_flags = {"foreach", "fused", "capturable", "differentiable", "last_epoch"}
+    checked = 0
+    for name in registry.names(section):
+        counterpart = _jax_counterpart(section, name)
+        if counterpart is None or name == "ReduceLROnPlateau":  # its keywords: test_plateau, against torch
+            continue
+        params = inspect.signature(counterpart).parameters.values()
+        if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            continue  # jax_impl.optim.unsupported's refusals (LBFGS, Adafactor, ...): they take nothing
+        ours = {p.name: p.default for p in params}
+        for key, param in registry.signature(section, name).params.items():
+            if param.required or key in path_flags:
+                continue
+            assert key in ours, f"{section} {name}: jax_impl has no {key!r}"
+            assert ours[key] == param.default, f"{section} {name}.{key}: jax_impl {ours[key]!r}, torch {param.default!r}"
+            checked += 1
+    assert checked >= {"optimizer": 60, "scheduler": 20, "loss": 15}[section], checked
