@@ -165,7 +165,7 @@ def test_the_report_reads_every_groups_lr_from_the_built_optimizers():
     cfg = load_config("lenet_digits", ["optimizer={name: SGD, lr: 0.5, param_groups: "
                                        "[{params: '*.weight', lr: 0.01}, {params: '*.bias', lr: 0.02}]}",
                                        "scheduler={name: StepLR, step_size: 1, gamma: 0.5}", "train.epochs=2"])
-    report = run_experiment(cfg, max_steps=30, write=False, progress=False, only="torch")
+    report = run_experiment(cfg, max_steps=3, write=False, progress=False, only="torch")
     assert [g["lr"] for g in build_experiment(cfg).t_opt.param_groups] == [0.01, 0.02]
     assert report.steps[0]["lr"] == 0.01 and report.steps[0]["lrs"] == [0.01, 0.02]
     assert report.epochs[0].lr == 0.01 and report.epochs[0].lrs == [0.01, 0.02]
