@@ -50,7 +50,6 @@ __all__ = [
     "compare_ddp",
     "divergence",
     "initial_state",
-    "jax_optimizer",
     "jax_run",
     "param_names",
     "rank_generators",
@@ -127,6 +126,9 @@ class DDPSpec:
     # data.transform's configs (parity.config.TransformConfig): each rank applies them to its samples, as its
     # DataLoader fetches them; random ones draw from the rank's global generator. (): the arrays as they are.
     transform: tuple[Any, ...] = ()
+    # The torch model's parameter names in named_parameters() order (what param groups match and a report
+    # compares), filled in by validate_spec; (): built from a fresh model when asked (param_names).
+    param_names: tuple[str, ...] = ()
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.x), self.world_size, self.local_batch, self.accumulate)
@@ -479,37 +481,40 @@ def _jax_model_and_tx(spec: DDPSpec, initial: dict[str, np.ndarray], axis_name: 
     if spec.sync_bn:
         model = SyncBatchNorm.convert_sync_batchnorm(model, axis_name=axis_name)
     model.train()
-    return model, jax_optimizer(spec, param_names(spec))
+    return model, _jax_tx(spec, param_names(spec))
 
 
 def param_names(spec: DDPSpec) -> list[str]:
-    """The torch model's parameter names, in ``named_parameters()`` order (what param groups match)."""
+    """The torch model's parameter names, in ``named_parameters()`` order (what param groups match): the spec's
+    own (:func:`validate_spec` fills them in), else read off a freshly built model."""
+    if spec.param_names:
+        return list(spec.param_names)
     return [name for name, _ in build_torch_model(spec).named_parameters()]
 
 
-def validate_spec(spec: DDPSpec) -> None:
-    """Builds both optimizers (with groups and schedulers) and both losses of ``spec`` once, in this process.
+def validate_spec(spec: DDPSpec) -> DDPSpec:
+    """Builds both optimizers (with groups and schedulers) and both losses of ``spec`` once, in this process,
+    and returns ``spec`` with its parameter names.
 
     Raises what building them raises (torch's ``ValueError`` / ``TypeError``
     for bad options, ``NotImplementedError`` for what jax_impl lacks,
     ``AttributeError`` for an unknown loss), before any rank is started.
     """
-
-
     model = build_torch_model(spec)
+    names = [name for name, _ in model.named_parameters()]
     _torch_scheduler(spec, _torch_optimizer(spec, model))
-    jax_optimizer(spec, [name for name, _ in model.named_parameters()])
+    _jax_tx(spec, names)
     build_loss(spec.loss, "torch")
     build_loss(spec.loss, "jax")
+    return dataclasses.replace(spec, param_names=tuple(names))
 
 
-def jax_optimizer(spec: DDPSpec, names: list[str]) -> Any:
-    """``jax_impl.optim``'s transformation for ``spec``: param groups and the schedule wired in as the runner
-    does it (:func:`parity.build.jax_optimizer`). Raises for options jax_impl lacks."""
-    from parity.build import jax_optimizer as build_jax_optimizer
+def _jax_tx(spec: DDPSpec, names: list[str]) -> Any:
+    """``jax_impl.optim``'s transformation for ``spec`` (:func:`parity.build.jax_optimizer`: param groups
+    and the schedule wired in as in a single-device run). Raises for options jax_impl lacks."""
+    from parity.build import jax_optimizer
 
-    tx, _ = build_jax_optimizer(spec.optimizer, spec.scheduler, spec.steps_per_epoch(), _groups(spec, names))
-    return tx
+    return jax_optimizer(spec.optimizer, spec.scheduler, spec.steps_per_epoch(), _groups(spec, names))[0]
 
 
 def _clip_args(spec: DDPSpec) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def run_data_parallel(cfg: Any, *, only: str | None = None, max_steps: int | Non
         raise ConfigError(f"dropout in a data-parallel run is not supported {why}: "
                           f"{', '.join(dropout[:3])}{' ...' if len(dropout) > 3 else ''}", path="model")
     try:  # both sides built once here: bad options fail before any rank starts, as in a single-process run
-        validate_spec(spec)
+        spec = validate_spec(spec)  # with its parameter names: nothing rebuilds a model to read them
     except (ValueError, NotImplementedError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(f"cannot build the experiment: {type(error).__name__}: {error}") from error
     init, jax_initial = "initial weights: the torch model's, copied into every JAX replica", None
