@@ -23,3 +23,15 @@ if "PARITY_CACHE_DIR" not in os.environ or os.environ.get(_OWNER, str(os.getpid(
     os.environ["PARITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="parity-test-cache-")
     os.environ[_OWNER] = str(os.getpid())
     atexit.register(shutil.rmtree, os.environ["PARITY_CACHE_DIR"], ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A ``serial`` test is skipped on a pytest-xdist worker: it cannot share the machine, and CI runs it
+    alone afterwards (``python -m pytest -m serial``, docs/testing.md)."""
+    import pytest
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        alone = pytest.mark.skip(reason="serial: runs alone, after the parallel run (python -m pytest -m serial)")
+        for item in items:
+            if "serial" in item.keywords:
+                item.add_marker(alone)
