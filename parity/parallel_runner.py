@@ -25,12 +25,12 @@ from parity import interrupt, staging
 from parity.build import user_arrays
 from parity.compare import scaled_error
 from parity.config import ConfigError
+from parity.evaluate import jax_predictions, torch_predictions
 from parity.files import make_run_folder
 from parity.floor import divergence_message, judge
 from parity.progress import Phases
-from parity.measure import accuracies, first_divergent_step, input_array, lr_fields, measure_states
+from parity.measure import accuracies, first_divergent_step, lr_fields, measure_states
 from parity.report import EpochRecord, RunReport, write_report
-from parity.torch_step import autocast_context, model_input
 
 __all__ = ["STAGE", "run_data_parallel"]
 
@@ -376,8 +376,8 @@ def _steps(runs: dict[str, Any], per_epoch: int, lrs: Any, start: int = 0) -> li
 
 
 class _Evaluator:
-    """Held-out predictions of a snapshot, torch's model and JAX's (each loaded with that side's state_dict),
-    under ``train.autocast`` when the run trains with it (as a single-device run evaluates)."""
+    """Held-out predictions of a snapshot: torch's model and JAX's, each loaded with that side's state_dict,
+    through :mod:`parity.evaluate` (as a single-device run evaluates its live models)."""
 
     def __init__(self, cfg: Any, initial: dict[str, np.ndarray], held_out: tuple[np.ndarray, np.ndarray] | None):
         from parity.build import cast_jax_model, float_dtypes
@@ -408,19 +408,13 @@ class _Evaluator:
 
     def torch(self, state: dict[str, np.ndarray]) -> np.ndarray:
         self.torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        with torch.no_grad(), autocast_context(None if self.autocast is None else getattr(torch, self.autocast)):
-            return self.torch_model(model_input(torch.from_numpy(self.t_x), self.t_dtype)).argmax(1).numpy()
+        return torch_predictions(self.torch_model, [self.t_x], self.t_dtype, self.autocast)
 
     def jax(self, state: dict[str, np.ndarray]) -> np.ndarray:
-        import jax.numpy as jnp
-
-        from jax_impl import amp
         from parity.convert.modules import load_torch_state_dict
 
         load_torch_state_dict(self.jax_model, state)
-        autocast = amp.autocast(enabled=False) if self.autocast is None else amp.autocast(jnp.dtype(self.autocast))
-        with autocast:
-            return np.asarray(self.jax_model(jnp.asarray(input_array(self.j_x, self.np_dtype))).argmax(1))
+        return jax_predictions(self.jax_model, [self.j_x], self.np_dtype, self.autocast)
 
 
 def _measure(cfg: Any, runs: dict[str, Any], end: int, per_epoch: int, only: str | None, evaluate: _Evaluator,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import math
 import shutil
 import time
@@ -35,12 +34,13 @@ from parity import interrupt
 from parity.build import Experiment, build_experiment
 from parity.checkpoint import CheckpointError, read_checkpoint, restore, resumed_report, write_checkpoint
 from parity.config import ConfigError
+from parity.evaluate import jax_predictions, torch_predictions
 from parity.files import make_run_folder
 from parity.floor import FloorReference, divergence_message, judge
 from parity.measure import accuracies, input_array, losses_differ, lr_fields, measure_states
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, preload_plotting, write_report
-from parity.torch_step import autocast_context, micro_batch_groups, model_input, step_loss, torch_train_step
+from parity.torch_step import micro_batch_groups, model_input, step_loss, torch_train_step
 
 __all__ = ["DivergenceError", "run_single"]
 
@@ -155,15 +155,6 @@ def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
         return state, [loss]
 
     return one_batch
-
-
-@functools.lru_cache(maxsize=4)
-def _eval_step(graphdef: Any, autocast: Any = None) -> Any:
-    """One jitted eval forward per model graph (and autocast dtype), shared by every epoch's evaluation. The
-    cache is bounded: its keys hold the user's model classes, and a process may run many experiments."""
-    from jax_impl.train import eval_step
-
-    return eval_step(graphdef, autocast)
 
 
 def _torch_autocast(exp: Experiment) -> torch.dtype | None:
@@ -382,21 +373,17 @@ def _measure(run: _Run, t_time: float, j_time: float) -> EpochRecord:
 
 
 def _evaluate(run: _Run) -> tuple[float, float, float]:
-    """Held-out accuracy of each side and the share of samples whose predicted class agrees."""
-    exp, only = run.exp, run.only
-    t_pred, j_pred, labels = [], [], []
-    exp.torch_model.eval()
-    graphdef, state = _state(run)
-    forward = _eval_step(graphdef, _jax_autocast(exp))
-    for (tx, ty), (jx, _) in zip(*exp.eval_loaders, strict=True):
-        labels.append(ty.numpy())
-        if only != "jax":
-            with torch.no_grad(), autocast_context(_torch_autocast(exp)):
-                t_pred.append(exp.torch_model(model_input(tx, exp.t_dtype)).argmax(1).numpy())
-        if only != "torch":
-            j_pred.append(np.asarray(forward(state, _jax_input(jx, exp.np_dtype)).argmax(1)))
-    return accuracies(np.concatenate(labels) if labels else np.zeros(0),
-                      np.concatenate(t_pred) if t_pred else None, np.concatenate(j_pred) if j_pred else None)
+    """Held-out accuracy of each side and the share of samples whose predicted class agrees
+    (:mod:`parity.evaluate`)."""
+    exp, only, autocast = run.exp, run.only, run.config.train.autocast
+    t_batches = list(exp.eval_loaders[0])  # once: a random eval transform draws as the batches are made
+    labels = [ty.numpy() for _, ty in t_batches]
+    t_pred = j_pred = None
+    if only != "jax":
+        t_pred = torch_predictions(exp.torch_model, (tx for tx, _ in t_batches), exp.t_dtype, autocast)
+    if only != "torch":
+        j_pred = jax_predictions(exp.jax_model, (jx for jx, _ in exp.eval_loaders[1]), exp.np_dtype, autocast)
+    return accuracies(np.concatenate(labels) if labels else np.zeros(0), t_pred, j_pred)
 
 
 def _replay_step(exp: Experiment, t_snap: dict[str, torch.Tensor], j_model: Any, x: torch.Tensor) -> str | None:
