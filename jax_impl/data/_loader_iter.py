@@ -19,6 +19,7 @@ from jax_impl.data import generator as _generator
 from jax_impl.data._fetch import DatasetKind, create_fetcher
 from jax_impl.data._mp_context import default_context
 from jax_impl.data._shared_memory import ExportPool, ResultReceiver, SharedFile, close_export, export_dataset
+from jax_impl.data._task_sender import TaskSender, stop_flag
 from jax_impl.data._worker import (
     MP_STATUS_CHECK_INTERVAL,
     ExceptionWrapper,
@@ -150,29 +151,27 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
         self._export_pool: ExportPool = loader._export_pool
         self._export_file: SharedFile | None = None
         self._workers: list[Any] = []
-        self._index_queues: list[Any] = []
         self._receivers: list[ResultReceiver | None] = []
+        self._tasks: TaskSender | None = None
 
         if ctx.get_start_method() == "fork":
             dataset: Any = self._dataset
         else:
             dataset, self._export_file = export_dataset(self._dataset, self._export_pool)
 
-        self._workers_done_event = ctx.Event()
+        # Nothing shared with the workers has a name in /dev/shm (jax_impl/data/_task_sender.py).
+        self._workers_done = stop_flag(ctx)
         try:
             for i in range(self._num_workers):
-                index_queue = ctx.Queue()
-                index_queue.cancel_join_thread()
-                # A Unix socket (duplex): a worker sends its result slots' descriptors over it.
+                # A Unix socket: tasks go to the worker, results (and their slots' descriptors) come back.
                 reader, writer = ctx.Pipe(duplex=True)
                 w = ctx.Process(
                     target=worker_loop,
                     args=(
                         self._dataset_kind,
                         dataset,
-                        index_queue,
                         writer,
-                        self._workers_done_event,
+                        self._workers_done,
                         self._auto_collation,
                         self._collate_fn,
                         self._drop_last,
@@ -185,11 +184,11 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
                     name=f"jax_impl_data_worker_{i}",
                 )
                 w.daemon = True
-                self._index_queues.append(index_queue)
                 self._receivers.append(ResultReceiver(reader))
                 w.start()
                 writer.close()  # The worker holds the only other end: EOF on ours means it died.
                 self._workers.append(w)
+            self._tasks = TaskSender([r.conn for r in self._receivers])
         except BaseException:
             self._shutdown_workers()
             raise
@@ -206,8 +205,8 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
         self._worker_queue_idx_cycle = itertools.cycle(range(self._num_workers))
         if not first_iter:
             # Persistent workers: tell each to rebuild its fetcher, dropping results of an abandoned epoch.
-            for q in self._index_queues:
-                q.put(ResumeIteration())
+            for worker_id in range(self._num_workers):
+                self._tasks.put(worker_id, ResumeIteration())
             resume_iteration_cnt = self._num_workers
             while resume_iteration_cnt > 0:
                 return_idx, _ = self._get_data()
@@ -347,7 +346,7 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
             return
         receiver = self._receivers[worker_queue_idx]
         released = receiver.take_released() if receiver is not None else []
-        self._index_queues[worker_queue_idx].put((self._send_idx, index, released))
+        self._tasks.put(worker_queue_idx, (self._send_idx, index, released))
         self._task_info[self._send_idx] = (worker_queue_idx,)
         self._workers_num_tasks[worker_queue_idx] += 1
         self._tasks_outstanding += 1
@@ -361,31 +360,34 @@ class MultiProcessingDataLoaderIter(BaseDataLoaderIter):
         return data
 
     def _mark_worker_as_unavailable(self, worker_id: int) -> None:
-        self._index_queues[worker_id].put(None)
+        self._tasks.put(worker_id, None)
         self._workers_status[worker_id] = False
 
     def _shutdown_workers(self) -> None:
-        """Stops the workers: ``None`` to each, close our connection ends, join (1 s in all), then terminate."""
+        """Stops the workers: the stop flag, ``None`` to each, the end of their sockets, join (1 s in all), then
+        terminate."""
         if _python_exit_status or self._shutdown:
             return
         self._shutdown = True
         try:
-            self._workers_done_event.set()
-            for worker_id in range(len(self._workers)):
-                if self._persistent_workers or self._workers_status[worker_id]:
-                    self._mark_worker_as_unavailable(worker_id)
-            # A worker blocked writing a batch we will never read gets EPIPE and exits.
-            for receiver in self._receivers:
-                if receiver is not None:
-                    receiver.conn.close()
+            self._workers_done.value = True
+            if self._tasks is not None:
+                for worker_id in range(len(self._workers)):
+                    if self._persistent_workers or self._workers_status[worker_id]:
+                        self._mark_worker_as_unavailable(worker_id)
             # One deadline for all workers (torch waits up to 5 s each): a worker still busy in
             # __getitem__ after it is terminated, which loses nothing but a batch no one will read.
             deadline = time.monotonic() + _SHUTDOWN_GRACE
+            # The sockets shut: a worker blocked writing a batch we will never read gets EPIPE and exits; one
+            # waiting for a task reads the ``None`` or EOF.
+            if self._tasks is not None:
+                self._tasks.close(max(0.0, deadline - time.monotonic()))
+            else:
+                for receiver in self._receivers:
+                    if receiver is not None:
+                        receiver.conn.close()
             for w in self._workers:
                 w.join(timeout=max(0.0, deadline - time.monotonic()))
-            for q in self._index_queues:
-                q.cancel_join_thread()
-                q.close()
         finally:
             for w in self._workers:
                 if w.is_alive():

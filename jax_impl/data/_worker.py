@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import os
-import queue
 import random
 import select
 import signal
@@ -233,9 +232,8 @@ class ManagerWatchdog:
 def worker_loop(
     dataset_kind: int,
     dataset: Any,
-    index_queue: Any,
-    result_conn: multiprocessing.connection.Connection,
-    done_event: Any,
+    conn: multiprocessing.connection.Connection,
+    done: Any,
     auto_collation: bool,
     collate_fn: Callable,
     drop_last: bool,
@@ -248,12 +246,15 @@ def worker_loop(
     """torch's ``_worker_loop``: seed, build the fetcher, then answer ``(idx, indices, released)`` tasks until ``None``.
 
     ``dataset`` is the dataset itself under ``fork``, else an
-    :class:`ExportedDataset`. ``released`` lists the result slots the main
-    process no longer uses.
+    :class:`ExportedDataset`. Tasks arrive over ``conn``, the Unix socket the
+    results go back over (``None``, or the socket's end, stops the worker);
+    ``released`` lists the result slots the main process no longer uses.
+    ``done`` is the shared stop flag (torch's ``done_event``): set, the tasks
+    still queued are skipped.
     """
     global _worker_info
     where = f"in DataLoader worker process {worker_id}"
-    sender = ResultSender(result_conn, manager_pid, lambda msg: (msg[0], ExceptionWrapper(where=where)))
+    sender = ResultSender(conn, manager_pid, lambda msg: (msg[0], ExceptionWrapper(where=where)))
     watchdog = ManagerWatchdog(manager_pid)
     try:
         watchdog.stop_worker_when_manager_dies()
@@ -276,10 +277,9 @@ def worker_loop(
 
         iteration_end = False
         while watchdog.is_alive():
-            try:
-                r = index_queue.get(timeout=MP_STATUS_CHECK_INTERVAL)
-            except queue.Empty:
+            if not conn.poll(MP_STATUS_CHECK_INTERVAL):
                 continue
+            r = conn.recv()  # EOFError once the main process has shut the socket: the loop ends below.
             if isinstance(r, ResumeIteration):
                 sender.send((r, None))
                 iteration_end = False
@@ -290,7 +290,7 @@ def worker_loop(
                 break
             idx, index, released = r
             sender.release(released)  # Even for a task that is skipped below.
-            if done_event.is_set() or iteration_end:
+            if done.value or iteration_end:
                 continue
             data: Any
             if init_exception is not None:
@@ -306,7 +306,7 @@ def worker_loop(
                         data = ExceptionWrapper(where=where)
             sender.send((idx, data))
             del data, idx, index, r
-    except (KeyboardInterrupt, BrokenPipeError, ConnectionResetError):
-        pass  # Interrupted (Ctrl-C, or the loader's process died), or the main process closed our connection.
+    except (KeyboardInterrupt, EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # Interrupted (Ctrl-C, or the loader's process died), or the main process shut our socket.
     finally:
         sender.close()

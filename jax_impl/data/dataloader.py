@@ -43,6 +43,13 @@ What differs, and why:
   sharing ``fork`` gives), instead of being copied through a pipe per
   worker; the file stays with the loader, so later epochs copy into pages
   that are already allocated (``jax_impl/data/_shared_memory.py``).
+* **Task transport.** torch hands each worker its tasks through a
+  ``multiprocessing.Queue`` and stops it with a ``multiprocessing.Event``,
+  whose semaphores have names in ``/dev/shm`` (``sem.mp-*``) that a SIGKILL
+  of the whole process group leaves behind. Ours go over the worker's own
+  Unix socket, written by a feeder thread so that handing out a task never
+  blocks (as a ``Queue``'s ``put``), and the stop flag is unnamed shared
+  memory (``jax_impl/data/_task_sender.py``): nothing has a name to leave.
 * **Result transport.** Each worker has its own result connection. Batches
   are pickled with protocol 5; numpy buffers of 64 KiB or more go out-of-band
   through reusable shared-memory slots; the arrays the main process hands out

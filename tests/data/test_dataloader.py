@@ -672,6 +672,31 @@ def test_break_midway_leaves_no_workers() -> None:
             os.kill(pid, 0)
 
 
+class Words(Dataset):
+    """Strings, so that a batch travels inline (a list, no shared slot): a large one fills a socket."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> str:
+        return f"word{i:07d}"
+
+
+def test_tasks_and_results_larger_than_a_socket_buffer_do_not_block() -> None:
+    """Tasks of 60,000 indices (about 300 KB pickled) to a worker that answers with 900 KB lists: the main
+    process never blocks handing out a task (a feeder thread writes, as a multiprocessing.Queue's does), so
+    neither side waits on the other."""
+    with _alarm(60):
+        loader = DataLoader(Words(360_000), batch_size=60_000, num_workers=2, prefetch_factor=3)
+        batches = list(loader)
+    assert [len(b) for b in batches] == [60_000] * 6
+    assert batches[0][0] == "word0000000" and batches[5][-1] == "word0359999"
+    assert [b[0] for b in batches] == [f"word{60_000 * k:07d}" for k in range(6)]
+
+
 # --------------------------------------------------------------------------- device_prefetch
 
 

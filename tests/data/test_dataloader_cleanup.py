@@ -4,10 +4,12 @@ Each test runs ``tests/data/_loader_scenarios.py`` in a subprocess with a
 live 2-worker loader (dataset exported to shared memory, batches in shared
 slots). At ``READY`` it records the subprocess's descendants (workers, fork
 server, resource tracker) and checks that the loader's shared memory is in
-use but has no name in ``/dev/shm``; after the scenario's way out, every
-recorded process must be gone, no ``/dev/shm`` file named for the
-subprocess may exist, and neither may any ``/dev/shm`` file the processes
-mapped by name at ``READY`` (multiprocessing's semaphores).
+use but has no name in ``/dev/shm``, and that none of the processes maps a
+file under a name there (no ``sem.mp-*``: the workers' tasks travel over
+their sockets, not through a ``multiprocessing.Queue``). After the
+scenario's way out, every recorded process must be gone and no
+``/dev/shm`` file named for the subprocess may exist, even when the whole
+process group was killed at once, so that no process was left to clean up.
 
 torch's DataLoader is not run beside these: its workers under ``fork`` stop
 by the same parent check, and what is tested here (cleanup of processes and
@@ -138,6 +140,7 @@ def _scenario(name: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dic
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.data._loader_scenarios", name],
         cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        start_new_session=True,  # Its own process group, which a test may kill whole.
     )
     tree: dict[int, int] = {}
     try:
@@ -151,12 +154,10 @@ def _scenario(name: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dic
         assert any("export" in o for o in in_use) and any("batch" in o for o in in_use), in_use
         assert all(o.startswith("/memfd:") or o.endswith("(deleted)") for o in in_use), in_use
         assert _shm_files(proc.pid) == []
-        named = _named_shm_mapped([proc.pid, *tree])
+        # Nor does anything else the processes share: a name would outlive a SIGKILL of all of them.
+        assert _named_shm_mapped([proc.pid, *tree]) == set()
         yield proc, ready, tree
-        # multiprocessing's own named shared memory (the queues' semaphores) goes too: unlinked when
-        # the objects are collected, or by the resource tracker once every process that used it is gone.
         assert _wait_gone(tree, _TREE_EXIT_BOUND) == []
-        assert [n for n in named if os.path.exists(n)] == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -208,6 +209,18 @@ def test_sigkill_of_the_main_process_stops_workers(tmp_path: Path) -> None:
         proc.kill()
         assert _finish(proc, None) == -signal.SIGKILL
         _assert_all_gone(proc, tree, ready["workers"])
+
+
+def test_sigkill_of_the_whole_process_group_leaves_nothing(tmp_path: Path) -> None:
+    """The loader's process, its fork server, resource tracker and workers killed at once (a job scheduler's
+    kill, ``kill -9 -PGID``): no process runs on, and nothing is left in ``/dev/shm`` for anyone to clean."""
+    with _scenario("signal", tmp_path) as (proc, ready, tree):
+        before = set(os.listdir("/dev/shm"))
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert _finish(proc, None) == -signal.SIGKILL
+        _assert_all_gone(proc, tree, ready["workers"])
+        left = {f for f in set(os.listdir("/dev/shm")) - before if str(proc.pid) in f}
+        assert left == set()
 
 
 def test_gc_of_a_live_iterator_stops_workers_and_unmaps(tmp_path: Path) -> None:
