@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from jax_impl.random import _normal
 from jax_impl.random import _torch_rng as _rng
 from jax_impl.random import host_draws
 
@@ -68,6 +69,27 @@ def _after_staged_draws(method: Callable) -> Callable:
         return method(self, *args, **kwargs)
 
     return synced
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+    """A floating dtype torch's normal kernel dispatches (float32, float64, float16, bfloat16)."""
+    import ml_dtypes
+
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        raise RuntimeError(f'"normal_kernel_cpu" not implemented for \'{_torch_dtype_name(dt)}\'')
+    return dt
+
+
+def _torch_dtype_name(dt: np.dtype) -> str:
+    names = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
+             "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+    return names.get(dt.name, dt.name)
+
+
+def _torch_float(x: float) -> str:
+    """A double as torch's messages print it (``-1``, ``0.5``)."""
+    return f"{x:g}"
 
 
 def _check_probability(p: float) -> float:
@@ -256,16 +278,18 @@ class Generator:
         return (draws + low).reshape(shape)
 
     @_after_staged_draws
-    def rand(self, size: int | Sequence[int]) -> np.ndarray:
-        """``torch.rand(size, generator=g)`` in float32.
+    def rand(self, size: int | Sequence[int], dtype: Any = np.float32) -> np.ndarray:
+        """``torch.rand(size, generator=g, dtype=dtype)``: float32 or float64.
 
         ``uniform_real_distribution<float>``: one ``random()`` per element,
-        ``(r & (2**24 - 1)) * 2**-24`` (``transformation::uniform_real``).
+        ``(r & (2**24 - 1)) * 2**-24``; for double one ``random64()``,
+        ``(r & (2**53 - 1)) * 2**-53`` (``transformation::uniform_real``).
         """
         shape = _shape(size)
-        count = int(np.prod(shape, dtype=np.int64))
-        bits = self._engine.raw(count) & np.uint32(2**24 - 1)
-        return (bits.astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
+        dt = np.dtype(dtype)
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise NotImplementedError(f"torch-identical rand for dtype {dt}; float32 and float64 are reproduced")
+        return self._uniforms(math.prod(shape), dt).reshape(shape)
 
     @_after_staged_draws
     def randperm(self, n: int) -> np.ndarray:
@@ -322,6 +346,78 @@ class Generator:
         p = _check_probability(p)
         shape = _shape(size)
         return _rng.bernoulli(self._engine, math.prod(shape), p).reshape(shape)
+
+    @_after_staged_draws
+    def normal(self, size: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
+               dtype: Any = np.float32) -> np.ndarray:
+        """``torch.empty(size, dtype=dtype).normal_(mean, std, generator=g)`` on CPU, bit for bit.
+
+        torch's ``normal_kernel`` (``native/cpu/DistributionTemplates.h``; the
+        paths are described in :mod:`jax_impl.random._normal`): 16 elements or
+        more take Box-Muller over blocks of 16 uniforms drawn for the whole
+        tensor first, the last block redrawn when the size is not a multiple
+        of 16; fewer take ``normal_distribution<double>`` one element at a
+        time, whose second value waits in the generator for the next small
+        draw (and is part of :meth:`get_state`). float32, float64, float16 and
+        bfloat16, as torch dispatches them.
+
+        Args:
+          size: the tensor's shape (C order, contiguous).
+          mean: the mean (a Python float, as ``normal_``'s).
+          std: the standard deviation, ``>= 0``.
+          dtype: float32 (torch's default), float64, float16 or bfloat16.
+        """
+        std, mean = float(std), float(mean)
+        if not std >= 0.0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {_torch_float(std)}")
+        shape = _shape(size)
+        dtype = _float_dtype(dtype)
+        count = math.prod(shape)
+        if count == 0:
+            return np.empty(shape, dtype)
+        if count < 16:
+            return self._normal_small(count, mean, std, dtype).reshape(shape)
+        return self._normal_fill(count, mean, std, dtype).reshape(shape)
+
+    def randn(self, size: int | Sequence[int], dtype: Any = np.float32) -> np.ndarray:
+        """``torch.randn(size, dtype=dtype, generator=g)``: :meth:`normal` with mean 0 and std 1."""
+        return self.normal(size, 0.0, 1.0, dtype)
+
+    def _uniforms(self, n: int, dtype: Any) -> np.ndarray:
+        """``uniform_real_distribution<T>(0, 1)`` x n: float (24 bits of ``random()``) or double (53 of ``random64()``)."""
+        if dtype == np.float64:
+            return _rng.uniform_double(self._engine, n)
+        bits = self._engine.raw(n) & np.uint32(2**24 - 1)
+        return bits.astype(np.float32) * np.float32(2.0**-24)
+
+    def _normal_fill(self, count: int, mean: float, std: float, dtype: np.dtype) -> np.ndarray:
+        full = count // 16 * 16
+        if dtype in (np.float32, np.float64):
+            data = self._uniforms(count, dtype)  # the whole tensor first, then the transform
+            data[:full] = _normal.fill16(data[:full].reshape(-1, 16), mean, std).reshape(-1)
+            if count % 16:
+                data[-16:] = _normal.fill16(self._uniforms(16, dtype).reshape(1, 16), mean, std).reshape(-1)
+            return data
+        # float16 / bfloat16: float uniforms block by block into a buffer, transformed in float, then narrowed.
+        data = np.empty(count, dtype)
+        data[:full] = _normal.fill16(self._uniforms(full, np.float32).reshape(-1, 16), mean, std).reshape(-1)
+        if count % 16:
+            data[-16:] = _normal.fill16(self._uniforms(16, np.float32).reshape(1, 16), mean, std).reshape(-1)
+        return data
+
+    def _normal_small(self, count: int, mean: float, std: float, dtype: np.dtype) -> np.ndarray:
+        """``normal_distribution<double>(mean, std)`` per element, the cached second value first."""
+        values = []
+        for _ in range(count):
+            if self._normal_double is not None:
+                z, self._normal_double = self._normal_double, None
+            else:
+                u1, u2 = _rng.uniform_double(self._engine, 2).tolist()
+                z, self._normal_double = _normal.box_muller_double(u1, u2)
+            values.append(_normal.scale_shift(z, std, mean))
+        # static_cast<scalar_t>(double): through float for float16 / bfloat16, as c10's types convert.
+        out = np.array(values, np.float64)
+        return out.astype(np.float32).astype(dtype) if dtype not in (np.float32, np.float64) else out.astype(dtype)
 
     def staged_bernoulli(self, size: int | Sequence[int], p: float, *, tied_to: Any = None) -> Any:
         """:meth:`bernoulli` as a bool ``jax.Array`` that a traced (jitted) function can hold.
