@@ -17,11 +17,14 @@ element in row-major order,
 - float32: ``float32(double(random() & (2**24 - 1)) * 2**-24 * double(float32(b - a)) + double(a))``
 - float64: ``fma((random64() & (2**53 - 1)) * 2**-53, b - a, a)`` (one rounding).
 
-The normal-based initialisers (``normal_``, ``trunc_normal_``,
-``xavier_normal_``, ``kaiming_normal_``, ``orthogonal_``, ``sparse_``) given a
-generator draw a jax key from it: the same distribution, reproducible from the
-seed, not torch's numbers (torch's vectorised Box-Muller is not reproduced).
-To start from exactly torch's weights, convert them
+The normal-based initialisers (``normal_``, ``xavier_normal_``,
+``kaiming_normal_``, ``sparse_``) given a generator draw torch's numbers too,
+through :meth:`jax_impl.random.Generator.normal` (torch's CPU Box-Muller
+kernels, bit for bit); ``orthogonal_`` draws torch's numbers and factors
+them with NumPy's LAPACK (equal to torch's to the QR's rounding).
+``trunc_normal_`` draws a jax key from the generator: the same law,
+reproducible from the seed, not torch's numbers (torch's ``erfinv`` is not
+reproduced); to start from exactly torch's weights there, convert them
 (``parity.convert.load_torch_state_dict``).
 Formulas follow torch 2.13 ``torch/nn/init.py``:
 
@@ -222,10 +225,18 @@ def _jax_key(key, fn: str):
 
 
 def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float = 1.0) -> jax.Array:
-    """N(mean, std^2), like ``Tensor.normal_`` (which rejects std < 0)."""
+    """N(mean, std^2), like ``Tensor.normal_`` (which rejects std < 0).
+
+    From a :class:`Generator` (or ``None``: the global one) these are torch's numbers:
+    :meth:`jax_impl.random.Generator.normal`, torch's CPU ``normal_kernel`` bit for bit.
+    """
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {_cpp_float(std)}")
-    sample = _jax_draw(jax.random.normal, _jax_key(key, "normal_"), tuple(shape), dtype)
+    if key is None or isinstance(key, Generator):
+        gen = default_generator if key is None else key
+        work = np.float32 if jnp.dtype(dtype) == jnp.float32 else jnp.dtype(dtype)
+        return jnp.asarray(gen.normal(tuple(shape), mean, std, work), dtype)
+    sample = _jax_draw(jax.random.normal, key, tuple(shape), dtype)
     if isinstance(sample, jax.core.Tracer) or jnp.dtype(dtype) not in (jnp.float32, jnp.float64):
         return mean + std * sample
     # In NumPy, with the same two roundings as jax's eager multiply and add: nothing to compile per shape.
@@ -349,7 +360,13 @@ def kaiming_normal_(
 
 
 def orthogonal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1) -> jax.Array:
-    """(Semi-)orthogonal matrix times ``gain``, trailing dims flattened (Haar via QR sign fix)."""
+    """(Semi-)orthogonal matrix times ``gain``, trailing dims flattened (Haar via QR sign fix).
+
+    torch draws ``normal_(0, 1)`` of ``(rows, cols)`` in the tensor's dtype, factors it (transposed when
+    ``rows < cols``) with ``torch.linalg.qr`` and multiplies ``Q`` by the signs of ``R``'s diagonal. From a
+    :class:`Generator` the draw is torch's; the factorisation is NumPy's LAPACK, which agrees with torch's
+    to the QR's rounding (tests/nn/test_init_torch_numbers.py measures it).
+    """
     shape = tuple(shape)
     if len(shape) < 2:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
@@ -357,8 +374,19 @@ def orthogonal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1) -> jax.Ar
         return jnp.zeros(shape, dtype)
     rows = shape[0]
     cols = math.prod(shape) // rows
+    if key is None or isinstance(key, Generator):
+        gen = default_generator if key is None else key
+        work = np.float64 if jnp.dtype(dtype) == jnp.float64 else np.float32
+        flattened = gen.normal((rows, cols), 0.0, 1.0, work)
+        if rows < cols:
+            flattened = flattened.T
+        q, r = np.linalg.qr(flattened)
+        q = q * np.sign(np.diagonal(r)).astype(work)
+        if rows < cols:
+            q = q.T
+        return jnp.asarray((q.reshape(shape) * work(gain)).astype(work), dtype)
     work = jnp.promote_types(dtype, jnp.float32)  # QR needs >= float32
-    flattened = jax.random.normal(_jax_key(key, "orthogonal_"), (rows, cols), work)
+    flattened = jax.random.normal(key, (rows, cols), work)
     if rows < cols:
         flattened = flattened.T
     q, r = jnp.linalg.qr(flattened)
@@ -370,7 +398,12 @@ def orthogonal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1) -> jax.Ar
 
 
 def sparse_(key, shape: Shape, dtype=jnp.float32, sparsity: float = 0.0, std: float = 0.01) -> jax.Array:
-    """N(0, std^2) with ``ceil(sparsity * rows)`` random zeros in every column."""
+    """N(0, std^2) with ``ceil(sparsity * rows)`` random zeros in every column.
+
+    torch draws ``normal_(0, std)`` from the given generator, then for each column ``randperm(rows)`` from
+    the *global* generator (``torch.randperm`` without ``generator=``) and zeros its first rows; from a
+    :class:`Generator` (or ``None``) both draws are torch's, in that order.
+    """
     shape = tuple(shape)
     if len(shape) != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
@@ -378,7 +411,12 @@ def sparse_(key, shape: Shape, dtype=jnp.float32, sparsity: float = 0.0, std: fl
     # torch zeros ``randperm(rows)[:num_zeros]``; Python slicing (also for a negative
     # num_zeros) decides how many rows that really is.
     n_zero = len(range(rows)[: math.ceil(sparsity * rows)])
-    k_val, k_perm = jax.random.split(_jax_key(key, "sparse_"))
+    if key is None or isinstance(key, Generator):
+        values = np.array(normal_(key, shape, dtype, 0.0, std))
+        for col in range(cols):
+            values[default_generator.randperm(rows)[:n_zero], col] = 0
+        return jnp.asarray(values, dtype)
+    k_val, k_perm = jax.random.split(key)
     values = normal_(k_val, shape, dtype, 0.0, std)
     # A uniformly random subset of n_zero rows per column: ranks of i.i.d. uniforms.
     ranks = jnp.argsort(jnp.argsort(jax.random.uniform(k_perm, shape), axis=0), axis=0)

@@ -43,13 +43,13 @@ def _compare(jax_fn, torch_fn, arrays, rtol, atol, seed=0):
     # atol scales with the largest |value|: float32 sums with cancellation lose
     # digits relative to the biggest term, not to each element.
     want = t_out.detach().numpy()
-    np.testing.assert_allclose(np.asarray(j_out), want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(np.asarray(j_out), want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max(initial=0.0)))
 
     # jit: one compile per example is much faster than eager op-by-op dispatch.
     grads = jax.jit(jax.grad(lambda *xs: jnp.sum(jax_fn(*xs) * ct), argnums=tuple(range(len(arrays)))))(*j_in)
     for g, t in zip(grads, t_in):
         want = t.grad.numpy()
-        np.testing.assert_allclose(np.asarray(g), want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max()))
+        np.testing.assert_allclose(np.asarray(g), want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max(initial=0.0)))
 
 
 def _randn(rng, *shape):

@@ -8,9 +8,8 @@ Parameters carry torch's ``state_dict`` names: ``in_proj_weight`` ``(3E, E)``
 and ``_reset_parameters`` in torch's order: ``out_proj`` as a ``Linear``
 (its weight and bias drawn), then ``xavier_uniform_`` on the input
 projection(s), then ``in_proj_bias`` and ``out_proj.bias`` set to zero, then
-``xavier_normal_`` on ``bias_k`` and ``bias_v``. With ``rngs=None`` the uniform
-draws are torch's numbers from the global stream; ``bias_k``/``bias_v``'s
-normal draws follow torch's law, not its numbers (see ``jax_impl.nn.init``).
+``xavier_normal_`` on ``bias_k`` and ``bias_v``. With ``rngs=None`` every
+draw, uniform and normal, is torch's numbers from the global stream.
 
 The forward is torch's non-fast path (``F.multi_head_attention_forward``);
 torch's eval-mode fast path (``_native_multi_head_attention``) computes the

@@ -3,9 +3,8 @@
 ``weight`` is ``(num_embeddings, embedding_dim)``, initialised as torch's
 ``reset_parameters``: ``normal_(0, 1)``, then the ``padding_idx`` row zeroed.
 With ``rngs=None`` the normal draw comes from ``jax_impl.nn.init.normal_`` on
-torch's global stream: torch's law, reproducible from the seed, but not
-torch's numbers (torch's vectorised Box-Muller is not reproduced), so convert
-torch's weights (``parity.convert``) to start from exactly torch's table.
+torch's global stream: torch's numbers (its CPU Box-Muller kernels), so the
+same seed gives the same table.
 """
 
 from __future__ import annotations
