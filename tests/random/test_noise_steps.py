@@ -81,6 +81,8 @@ class JaxVAE(nnx.Module):
 
 @pytest.mark.parametrize("batch", [4, 7])
 def test_vae_steps_with_randn_like_noise_match_torch_in_float64(batch):
+    """Batch 4 draws 12 normals a step (torch's per-element path, the cached value carried between steps);
+    batch 7 draws 21 (the blocks of 16, the last one redrawn)."""
     steps = 4
     data = np.random.default_rng(batch).uniform(size=(steps, batch, D))
     torch.set_default_dtype(torch.float64)
