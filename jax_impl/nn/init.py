@@ -211,7 +211,7 @@ def _fma(x: np.ndarray, y: np.float64, z: np.float64) -> np.ndarray:
 
 
 def _jax_key(key, fn: str):
-    """A jax key for the initialisers torch-identical draws do not cover (``normal_`` and its users).
+    """A jax key for the initialiser torch-identical draws do not cover (``trunc_normal_``).
 
     From a :class:`Generator` (or ``None``: the global one) the key is derived
     from one ``random64()`` draw, so the result is reproducible from the seed
