@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.random import Generator, default_generator
+from jax_impl.random.fma import fma64
 
 __all__ = [
     "calculate_gain",
@@ -183,31 +184,9 @@ def _torch_uniform(generator: Generator | None, shape: tuple[int, ...], dtype, a
     if dtype == jnp.float64:
         r = gen.random_u64(n) & np.uint64(2**53 - 1)
         # torch's compiled kernel contracts x * (b - a) + a into one fused multiply-add.
-        out = _fma(r.astype(np.float64) * 2.0**-53, np.float64(b - a), np.float64(a))
+        out = fma64(r.astype(np.float64) * 2.0**-53, np.float64(b - a), np.float64(a))
         return jnp.asarray(out.reshape(shape), dtype)
     raise NotImplementedError(f"torch-identical uniform_ draws for dtype {dtype}; pass a jax PRNG key instead")
-
-
-def _fma(x: np.ndarray, y: np.float64, z: np.float64) -> np.ndarray:
-    """``x * y + z`` with one rounding (float64), by Dekker's error-free product and sum.
-
-    ``s + (t + e)`` is correctly rounded except in pathological near-ties; it
-    matched torch's ``uniform_`` on 16 million float64 draws over 16 ranges.
-    """
-
-    def split(a):
-        c = 134217729.0 * a  # 2**27 + 1
-        hi = c - (c - a)
-        return hi, a - hi
-
-    p = x * y
-    xh, xl = split(x)
-    yh, yl = split(y)
-    e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
-    s = p + z
-    bb = s - p
-    t = (p - (s - bb)) + (z - bb)
-    return s + (t + e)
 
 
 def _jax_key(key, fn: str):
@@ -234,8 +213,7 @@ def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float 
         raise RuntimeError(f"normal expects std >= 0.0, but found std {_cpp_float(std)}")
     if key is None or isinstance(key, Generator):
         gen = default_generator if key is None else key
-        work = np.float32 if jnp.dtype(dtype) == jnp.float32 else jnp.dtype(dtype)
-        return jnp.asarray(gen.normal(tuple(shape), mean, std, work), dtype)
+        return jnp.asarray(gen.normal(tuple(shape), mean, std, jnp.dtype(dtype)), dtype)
     sample = _jax_draw(jax.random.normal, key, tuple(shape), dtype)
     if isinstance(sample, jax.core.Tracer) or jnp.dtype(dtype) not in (jnp.float32, jnp.float64):
         return mean + std * sample

@@ -41,11 +41,11 @@ import functools
 import math
 import os
 import platform
-from fractions import Fraction
-
 import numpy as np
 
-__all__ = ["box_muller_double", "fill16", "fma32", "fma64", "scale_shift", "vectorized_float_kernel"]
+from jax_impl.random.fma import fma32, fma64
+
+__all__ = ["box_muller_double", "fill16", "scale_shift", "vectorized_float_kernel"]
 
 _F32, _F64 = np.float32, np.float64
 
@@ -71,43 +71,6 @@ def vectorized_float_kernel() -> bool:
     except OSError:
         pass
     return False
-
-
-# -- fused multiply-add ---------------------------------------------------------------------------------------------
-
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``fmaf(a, b, c)`` elementwise: ``a * b + c`` rounded once to float32.
-
-    The product of two floats is exact in double; the double sum rounds once, and rounding it again to float
-    is the fused result unless the double lands exactly halfway between two floats (29 dropped bits
-    ``1000...0``), where the sum's own rounding error decides the side.
-    """
-    a, b, c = (np.asarray(v, _F32) for v in (a, b, c))
-    p = a.astype(_F64) * b.astype(_F64)
-    cd = np.broadcast_to(c, p.shape).astype(_F64)
-    s = p + cd
-    r = s.astype(_F32)
-    halfway = (s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
-    if np.any(halfway):
-        idx = np.nonzero(halfway)
-        ps, cs, ss = p[idx], cd[idx], s[idx]
-        bv = ss - ps
-        err = (ps - (ss - bv)) + (cs - bv)  # TwoSum: ss + err == ps + cs exactly
-        rs = r[idx]
-        other = np.nextafter(rs, np.where(ss > rs.astype(_F64), _F32(np.inf), _F32(-np.inf)).astype(_F32))
-        beyond = (err != 0) & (np.sign(err) == np.sign(other.astype(_F64) - rs.astype(_F64)))
-        r[idx] = np.where(beyond, other, rs)
-    return r
-
-
-def fma64(a: float, b: float, c: float) -> float:
-    """``fma(a, b, c)`` for doubles, rounded once (exact rational arithmetic; Python < 3.13 has no ``math.fma``)."""
-    if c == 0.0:  # one rounding of the product either way
-        return a * b + c
-    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
-        return a * b + c
-    exact = Fraction(a) * Fraction(b) + Fraction(c)
-    return float(exact) if exact != 0 else a * b + c
 
 
 # -- avx_mathfun.h ----------------------------------------------------------------------------------------------------
@@ -229,23 +192,16 @@ def _fill16_double(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
     n1 = np.array(first, _F64)
     n2 = np.array(second, _F64)
     out = np.empty_like(blocks)
-    out[:, :8] = _fma64_array(n1, std, mean).reshape(-1, 8)
-    out[:, 8:] = _fma64_array(n2, std, mean).reshape(-1, 8)
+    out[:, :8] = fma64(n1, std, mean).reshape(-1, 8)
+    out[:, 8:] = fma64(n2, std, mean).reshape(-1, 8)
     return out
 
 
-def _fma64_array(x: np.ndarray, std: float, mean: float) -> np.ndarray:
-    """``fma(x, std, mean)`` over an array: one rounding, as ``std::fma``. With ``mean == 0`` it is the
-    correctly rounded product numpy computes; otherwise exact arithmetic per element."""
-    if mean == 0.0:
-        return x * std
-    return np.array([fma64(v, std, mean) for v in x.tolist()], _F64)
-
-
-# Whether ``val * std + mean`` of normal_distribution<double> is one fused multiply-add (GCC contracts it where
-# torch's kernel is built for FMA CPUs; measured against torch, see tests/random/test_normal.py).
-def scale_shift(z: float, std: float, mean: float) -> float:
-    """``transformation::normal(z, mean, std) = z * std + mean`` as torch's CPU kernel evaluates it."""
+def scale_shift(z: np.ndarray, std: float, mean: float) -> np.ndarray:
+    """``transformation::normal(z, mean, std) = z * std + mean`` (double) as torch's CPU kernel evaluates it:
+    one fused multiply-add where it is built for FMA CPUs (GCC contracts it; unfused, 455 of 1,500 values
+    differ from torch there), two roundings on its ``DEFAULT`` kernels."""
+    z = np.asarray(z, _F64)
     if vectorized_float_kernel():
         return fma64(z, std, mean)
     return z * std + mean

@@ -414,9 +414,9 @@ class Generator:
             else:
                 u1, u2 = _rng.uniform_double(self._engine, 2).tolist()
                 z, self._normal_double = _normal.box_muller_double(u1, u2)
-            values.append(_normal.scale_shift(z, std, mean))
+            values.append(z)
+        out = _normal.scale_shift(np.array(values, np.float64), std, mean)
         # static_cast<scalar_t>(double): through float for float16 / bfloat16, as c10's types convert.
-        out = np.array(values, np.float64)
         return out.astype(np.float32).astype(dtype) if dtype not in (np.float32, np.float64) else out.astype(dtype)
 
     def staged_bernoulli(self, size: int | Sequence[int], p: float, *, tied_to: Any = None) -> Any:

@@ -1,0 +1,56 @@
+"""jax_impl.random.fma: one rounding of ``a * b + c``, checked against exact rational arithmetic.
+
+(No torch here: this is the arithmetic the torch-parity draws are built on; their parity with torch is
+tested in test_normal.py and tests/nn/test_init*.py.)
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from jax_impl.random.fma import fma32, fma64
+
+
+def _exact64(a, b, c):
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _exact32(a, b, c):
+    # Fraction -> float64 rounds once; a float32 result needs one rounding of the exact value to float32,
+    # which np.float32 of a correctly rounded double does not always give: round the Fraction directly.
+    x = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    lo = np.float32(float(x))
+    candidates = [lo, np.nextafter(lo, np.float32(-np.inf)), np.nextafter(lo, np.float32(np.inf))]
+    return min(candidates, key=lambda v: (abs(Fraction(float(v)) - x), int(np.float32(v).view(np.uint32)) & 1))
+
+
+def test_fma64_is_one_rounding_including_near_ties():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)
+    b = rng.standard_normal(3000)
+    c = -(a * b) * (1 + rng.integers(-4, 5, 3000) * 2.0**-52)  # massive cancellation
+    c[:1000] = rng.standard_normal(1000)
+    ours = fma64(a, b, c)
+    expected = np.array([_exact64(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())])
+    np.testing.assert_array_equal(ours, expected)
+    assert fma64(np.array([1.5]), 2.0, -3.0)[0] == 0.0
+
+
+def test_fma32_is_one_rounding_including_halfway_doubles():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(2000).astype(np.float32)
+    b = rng.standard_normal(2000).astype(np.float32)
+    c = rng.standard_normal(2000).astype(np.float32)
+    # Products exactly halfway between two floats (an odd 24-bit significand times 1.5 needs 25 bits) and a c
+    # too small to move the double sum: the double is the halfway point, and only c's sign decides the side.
+    b[:1000] = 1.5
+    a[:1000] = (np.abs(a[:1000]).view(np.uint32) | 1).view(np.float32)
+    c[:1000] = (np.abs(a[:1000] * np.float32(1.5)) * np.float32(2.0**-70) * np.sign(rng.standard_normal(1000))
+                ).astype(np.float32)
+    halfway = ((a.astype(np.float64) * b + c).view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
+    assert halfway.sum() > 400  # the case the double-rounding fix is for is really drawn
+    ours = fma32(a, b, c)
+    expected = np.array([_exact32(x, y, z) for x, y, z in zip(a, b, c)], np.float32)
+    np.testing.assert_array_equal(ours, expected)
