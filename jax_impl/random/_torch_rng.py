@@ -427,3 +427,30 @@ def multinomial(
     cum[-1] = 1
     u = uniform_double(engine, num_samples)
     return np.searchsorted(cum.astype(np.float64), u, side="left").astype(np.int64)
+
+
+def multinomial_rows(engine: Engine, weights: np.ndarray, num_samples: int, replacement: bool) -> np.ndarray:
+    """``torch.multinomial`` on a 2-D CPU tensor: ``(n_dist, num_samples)`` int64, each row a distribution.
+
+    Without replacement (or one sample) torch draws ``exponential_(1)`` over the whole tensor at once, in C
+    order, then ``argmax``/``topk`` of ``w / q`` per row; with replacement it goes row by row, each row's
+    cumulative sum and then its samples (:func:`multinomial` on each row does both, in that order).
+    """
+    w = np.asarray(weights)
+    if not replacement or num_samples == 1:
+        if not (np.all(w < np.inf) and np.all(w >= 0)):
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        if w.shape[0] and np.any(w.sum(axis=1) == 0):
+            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+        if not replacement and num_samples > w.shape[1]:
+            raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+        if num_samples <= 0:
+            raise RuntimeError("cannot sample n_sample <= 0 samples")
+        u = uniform_double(engine, w.size)
+        q = np.array([-math.log1p(-x) for x in u.tolist()], dtype=np.float64).astype(w.dtype).reshape(w.shape)
+        keys = w / q
+        if num_samples == 1:
+            return np.argmax(keys, axis=1).astype(np.int64)[:, None]
+        return np.argsort(-keys, axis=1, kind="stable")[:, :num_samples].astype(np.int64)
+    return np.stack([multinomial(engine, row, num_samples, True) for row in w]) if len(w) else \
+        np.empty((0, num_samples), np.int64)

@@ -81,6 +81,19 @@ def _float_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def _bfloat16() -> Any:
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def _narrow(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``static_cast<scalar_t>(double)``: float16 and bfloat16 through float, as c10's types convert."""
+    if dt in (np.dtype(np.float32), np.dtype(np.float64)):
+        return values.astype(dt)
+    return values.astype(np.float32).astype(dt)
+
+
 def _torch_dtype_name(dt: np.dtype) -> str:
     names = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
              "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
@@ -324,15 +337,57 @@ class Generator:
     def multinomial(
         self, weights: np.ndarray, num_samples: int, replacement: bool = False
     ) -> np.ndarray:
-        """``torch.multinomial(weights, num_samples, replacement, generator=g)`` (1-D).
+        """``torch.multinomial(weights, num_samples, replacement, generator=g)`` (1-D or 2-D, one row per
+        distribution).
 
-        See :func:`jax_impl.random._torch_rng.multinomial` for the algorithm.
-        Exact with replacement; without replacement exact except that ties
-        in ``w / q`` may be ordered differently from torch's ``topk``.
+        See :func:`jax_impl.random._torch_rng.multinomial` for the algorithm: without replacement (or for
+        one sample) one ``exponential_`` draw per element of the whole tensor, in C order; with replacement
+        each row's samples in turn. Exact with replacement; without replacement exact except that ties in
+        ``w / q`` may be ordered differently from torch's ``topk``.
         """
-        return _rng.multinomial(
-            self._engine, weights, int(num_samples), bool(replacement)
-        )
+        w = np.asarray(weights)
+        if w.ndim not in (1, 2):
+            raise RuntimeError("prob_dist must be 1 or 2 dim")
+        if w.ndim == 1:
+            return _rng.multinomial(self._engine, w, int(num_samples), bool(replacement))
+        return _rng.multinomial_rows(self._engine, w, int(num_samples), bool(replacement))
+
+    @_after_staged_draws
+    def exponential(self, size: int | Sequence[int], lambd: float = 1.0, dtype: Any = np.float32) -> np.ndarray:
+        """``torch.empty(size, dtype=dtype).exponential_(lambd, generator=g)`` on CPU.
+
+        ``exponential_distribution<double>``: one double uniform ``u`` per element in C order,
+        ``(-1 / lambd) * log1p(-u)`` in double (the C library's ``log1p``), then cast to ``dtype``.
+        """
+        lambd = float(lambd)
+        dt = np.dtype(dtype)
+        if dt.kind != "f" and dt != np.dtype(_bfloat16()):
+            raise RuntimeError("Exponential distribution is a continuous probability distribution. dtype must be a "
+                               f"floating point but you specified {_torch_dtype_name(dt)}")
+        if not lambd > 0.0:
+            raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_torch_float(lambd)}")
+        shape = _shape(size)
+        u = _rng.uniform_double(self._engine, math.prod(shape))
+        scale = -1.0 / lambd
+        values = np.array([scale * math.log1p(-v) for v in u.tolist()], np.float64)
+        return _narrow(values, dt).reshape(shape)
+
+    @_after_staged_draws
+    def bernoulli_p(self, p: np.ndarray, size: Sequence[int] | None = None, dtype: Any = None) -> np.ndarray:
+        """``torch.bernoulli(p, generator=g)``, or ``torch.empty(size, dtype).bernoulli_(p)`` with a tensor ``p``
+        broadcast to ``size``: torch's tensor kernel, one draw per element in C order.
+
+        ``p`` float64: a double uniform (``random64()``, 53 bits) ``< p``; any other floating ``p``: a float
+        uniform (``random()``, 24 bits) ``< float(p)``. Returns 0/1 in ``dtype`` (default ``p``'s dtype).
+        """
+        p = np.asarray(p)
+        shape = p.shape if size is None else _shape(size)
+        dt = p.dtype if dtype is None else np.dtype(dtype)
+        pf = np.broadcast_to(p, shape).astype(np.float64 if p.dtype == np.float64 else np.float32)
+        if pf.size and not ((pf >= 0).all() and (pf <= 1).all()):
+            raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+        u = self._uniforms(pf.size, pf.dtype).reshape(shape)
+        return (u < pf).astype(dt)
 
     @_after_staged_draws
     def bernoulli(self, size: int | Sequence[int], p: float) -> np.ndarray:
@@ -415,9 +470,7 @@ class Generator:
                 u1, u2 = _rng.uniform_double(self._engine, 2).tolist()
                 z, self._normal_double = _normal.box_muller_double(u1, u2)
             values.append(z)
-        out = _normal.scale_shift(np.array(values, np.float64), std, mean)
-        # static_cast<scalar_t>(double): through float for float16 / bfloat16, as c10's types convert.
-        return out.astype(np.float32).astype(dtype) if dtype not in (np.float32, np.float64) else out.astype(dtype)
+        return _narrow(_normal.scale_shift(np.array(values, np.float64), std, mean), dtype)
 
     def staged_bernoulli(self, size: int | Sequence[int], p: float, *, tied_to: Any = None) -> Any:
         """:meth:`bernoulli` as a bool ``jax.Array`` that a traced (jitted) function can hold.

@@ -1,0 +1,54 @@
+"""``torch.distributions.utils``: parameters broadcast together, probabilities and logits as torch converts them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["as_array", "broadcast_all", "clamp_probs", "logits_to_probs", "probs_to_logits"]
+
+
+def as_array(value: Any, dtype: Any = None) -> jax.Array:
+    """A parameter as a jax array; a Python number becomes torch's default dtype, float32."""
+    if isinstance(value, (int, float)):
+        return jnp.asarray(value, jnp.float32 if dtype is None else dtype)
+    return jnp.asarray(value, dtype)
+
+
+def broadcast_all(*values: Any) -> list[jax.Array]:
+    """``broadcast_all``: numbers take the dtype of the array among them (float32 if none), then one shape."""
+    arrays = [v for v in values if not isinstance(v, (int, float))]
+    dtype = jnp.result_type(*arrays) if arrays else jnp.float32
+    converted = [as_array(v, dtype if isinstance(v, (int, float)) else None) for v in values]
+    return list(jnp.broadcast_arrays(*converted))
+
+
+def clamp_probs(probs: jax.Array) -> jax.Array:
+    """``probs`` clamped to ``[eps, 1 - eps]`` of its dtype."""
+    eps = jnp.finfo(probs.dtype).eps
+    return jnp.clip(probs, eps, 1 - eps)
+
+
+def probs_to_logits(probs: jax.Array, is_binary: bool = False) -> jax.Array:
+    """``log(p) - log1p(-p)`` (binary) or ``log(p)`` of the clamped probabilities."""
+    ps = clamp_probs(probs)
+    return jnp.log(ps) - jnp.log1p(-ps) if is_binary else jnp.log(ps)
+
+
+def logits_to_probs(logits: jax.Array, is_binary: bool = False) -> jax.Array:
+    """``sigmoid`` (binary) or ``softmax`` over the last dimension."""
+    return jax.nn.sigmoid(logits) if is_binary else jax.nn.softmax(logits, axis=-1)
+
+
+def host(x: jax.Array) -> np.ndarray | None:
+    """A parameter's values on the host, for a draw or a check: a differentiated parameter's primal; ``None``
+    for one traced by ``jit``/``vmap``, which has no values yet (its checks are skipped, its draws refused)."""
+    while isinstance(x, jax.core.Tracer):
+        primal = getattr(x, "primal", None)
+        if primal is None:
+            return None
+        x = primal
+    return np.asarray(x)
