@@ -11,7 +11,8 @@ from these generators, so after ``torch.manual_seed(s)`` and
   :func:`seed`, :func:`get_rng_state`, :func:`set_rng_state` mirror
   ``torch.default_generator`` and the functions of ``torch/random.py``;
 - :func:`randn`, :func:`randn_like`, :func:`normal`, :func:`rand`,
-  :func:`rand_like`, :func:`randint`: torch's tensor factories on that
+  :func:`rand_like`, :func:`randint`, :func:`bernoulli`, :func:`multinomial`:
+  torch's tensor factories on that
   stream, normal draws included (torch's Box-Muller kernels, bit for bit);
 - :func:`replica_generators`: one generator per data-parallel replica, as
   torch DDP's ranks each have their own (traced dropout draws).
@@ -27,11 +28,11 @@ from jax_impl.random.generator import (
     seed,
     set_rng_state,
 )
-from jax_impl.random.factories import normal, rand, rand_like, randint, randn, randn_like
+from jax_impl.random.factories import bernoulli, multinomial, normal, rand, rand_like, randint, randn, randn_like
 from jax_impl.random.replicas import current_replica_generators, replica_generators
 
 __all__ = [
     "DEFAULT_SEED", "Generator", "default_generator", "get_rng_state", "initial_seed", "manual_seed", "seed",
     "set_rng_state", "current_replica_generators", "replica_generators", "normal", "rand", "rand_like", "randint",
-    "randn", "randn_like",
+    "randn", "randn_like", "bernoulli", "multinomial",
 ]

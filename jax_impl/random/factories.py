@@ -25,7 +25,7 @@ import numpy as np
 
 from jax_impl.random.generator import Generator, default_generator
 
-__all__ = ["normal", "rand", "rand_like", "randint", "randn", "randn_like"]
+__all__ = ["bernoulli", "multinomial", "normal", "rand", "rand_like", "randint", "randn", "randn_like"]
 
 
 def _gen(generator: Generator | None) -> Generator:
@@ -105,3 +105,15 @@ def normal(mean: Any, std: Any = 1.0, size: Sequence[int] | None = None, *, gene
     shape = np.broadcast_shapes(mean_values.shape, std_values.shape)
     sample = gen.normal(shape, 0.0, 1.0, out_dtype)
     return ((sample * std_values.astype(out_dtype)).astype(out_dtype) + mean_values.astype(out_dtype)).astype(out_dtype)
+
+
+def bernoulli(p: Any, *, generator: Generator | None = None) -> np.ndarray:
+    """``torch.bernoulli(p)`` on CPU: 0/1 of ``p``'s shape and dtype, torch's tensor kernel (one uniform per
+    element in C order: 53 bits for float64 ``p``, 24 bits otherwise, ``1`` where it is below ``p``)."""
+    return _gen(generator).bernoulli_p(np.asarray(p))
+
+
+def multinomial(input: Any, num_samples: int, replacement: bool = False, *,  # noqa: A002 - torch's name
+                generator: Generator | None = None) -> np.ndarray:
+    """``torch.multinomial(input, num_samples, replacement)`` on CPU (1-D or 2-D ``input``), int64."""
+    return _gen(generator).multinomial(np.asarray(input), num_samples, replacement)

@@ -105,6 +105,10 @@ def test_factories_match_torchs_every_overload():
     _same(jr.randn_like(x_j), torch.randn_like(x_t))
     _same(jr.rand_like(x_j), torch.rand_like(x_t))
     np.testing.assert_array_equal(jr.randint(3, 9, (5,)), torch.randint(3, 9, (5,)).numpy())
+    _same(jr.bernoulli(m_j), torch.bernoulli(m_t))
+    _same(jr.bernoulli(x_j), torch.bernoulli(x_t))
+    np.testing.assert_array_equal(jr.multinomial(m_j, 4, True), torch.multinomial(m_t, 4, True).numpy())
+    np.testing.assert_array_equal(jr.multinomial(m_j[0], 1), torch.multinomial(m_t[0], 1).numpy())
     assert bytes(jr.get_rng_state()) == bytes(torch.get_rng_state().numpy())
 
 
