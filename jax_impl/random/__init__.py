@@ -14,6 +14,9 @@ from these generators, so after ``torch.manual_seed(s)`` and
   :func:`rand_like`, :func:`randint`, :func:`bernoulli`, :func:`multinomial`:
   torch's tensor factories on that
   stream, normal draws included (torch's Box-Muller kernels, bit for bit);
+- :mod:`jax_impl.random.staged`: the same draws inside ``jax.jit``-compiled
+  steps (latents, noise, timesteps, actions), drawn on the host before each
+  call or as ordered callbacks, in torch's order;
 - :func:`replica_generators`: one generator per data-parallel replica, as
   torch DDP's ranks each have their own (traced dropout draws).
 """

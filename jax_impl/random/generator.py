@@ -498,23 +498,65 @@ class Generator:
         """
         p = _check_probability(p)
         shape = _shape(size)
-        fed = host_draws.intercept(self, shape, p)
-        if fed is not None:  # traced by jit_with_host_draws: drawn on the host before each call
-            return fed
-        count = math.prod(shape)
-        engine = self._engine
-        self._staged_by = os.getpid()
+        return self._staged(host_draws.Draw("bernoulli", (shape, p), shape, "bool"), tied_to)
 
-        def draw(*_) -> np.ndarray:
-            # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
-            return _rng.bernoulli(engine, count, p).reshape(shape)
+    def staged_normal(self, size: int | Sequence[int], mean: float = 0.0, std: float = 1.0, dtype: Any = np.float32,
+                      *, tied_to: Any = None) -> Any:
+        """:meth:`normal` as a ``jax.Array`` a traced function can hold (see :meth:`staged_bernoulli`)."""
+        dt = _float_dtype(dtype)
+        std, mean = float(std), float(mean)
+        if not std >= 0.0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {_torch_float(std)}")
+        shape = _shape(size)
+        return self._staged(host_draws.Draw("normal", (shape, mean, std, dt.name), shape, dt.name), tied_to)
 
+    def staged_rand(self, size: int | Sequence[int], dtype: Any = np.float32, *, tied_to: Any = None) -> Any:
+        """:meth:`rand` as a ``jax.Array`` a traced function can hold (see :meth:`staged_bernoulli`)."""
+        dt = np.dtype(dtype)
+        shape = _shape(size)
+        return self._staged(host_draws.Draw("rand", (shape, dt.name), shape, dt.name), tied_to)
+
+    def staged_randint(self, low: int, high: int | None = None, size: int | Sequence[int] = (), *,
+                       tied_to: Any = None) -> Any:
+        """:meth:`randint` as a ``jax.Array`` a traced function can hold (int64, or int32 without jax's x64)."""
+        if high is None:
+            low, high = 0, low
+        low, high = int(low), int(high)
+        if high <= low:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+        shape = _shape(size)
+        return self._staged(host_draws.Draw("randint", (low, high, shape), shape, "int64"), tied_to)
+
+    def staged_exponential(self, size: int | Sequence[int], lambd: float = 1.0, dtype: Any = np.float32, *,
+                           tied_to: Any = None) -> Any:
+        """:meth:`exponential` as a ``jax.Array`` a traced function can hold (see :meth:`staged_bernoulli`)."""
+        dt = np.dtype(dtype)
+        lambd = float(lambd)
+        if not lambd > 0.0:
+            raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_torch_float(lambd)}")
+        shape = _shape(size)
+        return self._staged(host_draws.Draw("exponential", (shape, lambd, dt.name), shape, dt.name), tied_to)
+
+    def _staged(self, draw: host_draws.Draw, tied_to: Any) -> Any:
+        """``draw`` inside a trace: an argument fed by :func:`jit_with_host_draws`, else an ordered callback."""
         import jax  # jax_impl.random is imported by jax-free code (torch_ref's data sets): jax on first use
         import jax.numpy as jnp
         from jax.experimental import io_callback
 
+        dtype = jnp.dtype(draw.dtype)
+        if dtype == jnp.int64 and not jax.config.jax_enable_x64:
+            dtype = jnp.dtype(jnp.int32)
+        fed = host_draws.intercept(self, draw._replace(dtype=dtype.name))
+        if fed is not None:  # traced by jit_with_host_draws: drawn on the host before each call
+            return fed
+        self._staged_by = os.getpid()
+
+        def run(*_) -> np.ndarray:
+            # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
+            return np.asarray(draw.run(self, synced=False)).astype(dtype)
+
         operands = () if tied_to is None else (jax.lax.stop_gradient(jnp.ravel(tied_to))[:0],)
-        return io_callback(draw, jax.ShapeDtypeStruct(shape, jnp.bool_), *operands, ordered=True)
+        return io_callback(run, jax.ShapeDtypeStruct(draw.shape, dtype), *operands, ordered=True)
 
 
 def staged_bernoulli_per_replica(generators: Sequence[Generator | None], axis_name: str, size: int | Sequence[int],

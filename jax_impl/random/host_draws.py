@@ -21,11 +21,31 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["intercept", "jit_with_host_draws"]
+import numpy as np
+
+__all__ = ["Draw", "intercept", "jit_with_host_draws"]
 
 _STATE = threading.local()  # .mode: None, ("record", list) or ("feed", iterator of (spec, array))
+
+
+class Draw(NamedTuple):
+    """One draw a traced function makes from a generator: ``generator.<method>(*args)`` of ``shape`` and
+    ``dtype`` (``("bernoulli", (shape, p))``, ``("normal", (shape, mean, std, dtype))``, ...)."""
+
+    method: str
+    args: tuple[Any, ...]
+    shape: tuple[int, ...]
+    dtype: str
+
+    def run(self, generator: Any, *, synced: bool = True) -> Any:
+        """The draw on the host. ``synced=False`` skips the wait for staged draws (a callback's own thread)."""
+        method = getattr(type(generator), self.method)
+        return (method if synced else method.__wrapped__)(generator, *self.args)
+
+    def describe(self) -> str:
+        return f"{self.method}{self.args}"
 
 
 @contextlib.contextmanager
@@ -38,12 +58,12 @@ def _mode(mode: tuple[str, Any]) -> Iterator[None]:
         _STATE.mode = outer
 
 
-def intercept(generator: Any, shape: tuple[int, ...], p: float) -> Any | None:
-    """The array a staged ``bernoulli`` draw of ``generator`` becomes while a function is being traced by
+def intercept(generator: Any, draw: Draw) -> Any | None:
+    """The array a staged draw of ``generator`` becomes while a function is being traced by
     :func:`jit_with_host_draws` (``None`` outside one: the draw stays a host callback).
 
     Recording (the abstract trace that finds the draws) notes ``(generator,
-    shape, p)`` and returns a placeholder; feeding (the compiled function's
+    draw)`` and returns a placeholder; feeding (the compiled function's
     trace) returns the next argument, which must be that draw.
     """
     mode = getattr(_STATE, "mode", None)
@@ -53,16 +73,16 @@ def intercept(generator: Any, shape: tuple[int, ...], p: float) -> Any | None:
 
     kind, store = mode
     if kind == "record":
-        store.append((generator, shape, p))
-        return jnp.zeros(shape, jnp.bool_)
+        store.append((generator, draw))
+        return jnp.zeros(draw.shape, draw.dtype)
     try:
         (expected, array) = next(store)
     except StopIteration:
         expected, array = None, None
-    if expected is None or expected[0] is not generator or expected[1:] != (shape, p):
-        raise RuntimeError(f"a traced bernoulli draw of shape {shape} with p={p} is not the one recorded for this "
-                           f"call ({expected and expected[1:]}): the function's draws depend on more than the "
-                           "shapes of its arguments")
+    if expected is None or expected[0] is not generator or expected[1] != draw:
+        raise RuntimeError(f"a traced draw {draw.describe()} is not the one recorded for this call "
+                           f"({expected and expected[1].describe()}): the function's draws depend on more than "
+                           "the shapes of its arguments")
     return array
 
 
@@ -82,7 +102,8 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
 
     Args:
       fn: a traceable function whose draws (``jax_impl.nn`` dropout with
-        torch's masks) depend only on the shapes of the arguments at
+        torch's masks, :mod:`jax_impl.random.staged`'s normal, uniform,
+        integer and categorical noise) depend only on the shapes of the arguments at
         ``key_argnums`` (a train step's batch), not on their values.
       donate_argnums: as ``jax.jit``'s.
       key_argnums: the arguments whose shapes and dtypes decide which draws
@@ -113,7 +134,7 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
             with _mode(("feed", remaining)):
                 out = fn(*args)
             if next(remaining, None) is not None:  # drawn on the host, never used: torch's stream would differ
-                raise RuntimeError("the function made fewer traced bernoulli draws than recorded for this call: "
+                raise RuntimeError("the function made fewer traced draws than recorded for this call: "
                                    "its draws depend on more than the shapes of its arguments")
             return out
 
@@ -139,7 +160,7 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
             return (), inside
         found = entries.get(key)
         if found is None:
-            recorded: list[tuple[Any, tuple[int, ...], float]] = []
+            recorded: list[tuple[Any, Draw]] = []
             with _mode(("record", recorded)):
                 plain.trace(*args)
             plan = tuple(recorded)
@@ -151,17 +172,15 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
         plan, run = entry(args)
         if not plan:
             return run(*args)
-        return run(tuple(generator.bernoulli(shape, p) for generator, shape, p in plan), *args)
+        return run(tuple(np.asarray(draw.run(generator)).astype(draw.dtype) for generator, draw in plan), *args)
 
     def lower(*args: Any) -> Any:
-        """``jax.jit(...).lower`` of the compiled function for these arguments (its masks as abstract
+        """``jax.jit(...).lower`` of the compiled function for these arguments (its draws as abstract
         arguments: nothing is drawn)."""
-        import jax.numpy as jnp
-
         plan, run = entry(args)
         if not plan:
             return run.lower(*args)
-        return run.lower(tuple(jax.ShapeDtypeStruct(shape, jnp.bool_) for _, shape, _ in plan), *args)
+        return run.lower(tuple(jax.ShapeDtypeStruct(draw.shape, draw.dtype) for _, draw in plan), *args)
 
     call.lower = lower  # type: ignore[attr-defined]
     return call
