@@ -152,6 +152,7 @@ def _default_losses(seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
 def _torch_phases(torch_module: torch.nn.Module, x: torch.Tensor, torch_loss: Callable, seed: int) -> dict:
     """torch's value of every phase (:data:`PHASES`), each on its own copy of the model."""
     t_eval = set_training(copy.deepcopy(torch_module), False)
+    torch.manual_seed(seed)  # a model that draws in eval mode too (a VAE's noise) draws the same numbers
     with torch.no_grad():
         expected = t_eval(x)
     t_train = set_training(copy.deepcopy(torch_module), True)
@@ -213,7 +214,8 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
         ``input_shape`` in the model's floating dtype.
       input_shape: shape of the random input when ``example_input`` is ``None``.
       seed: seeds the random input and both frameworks' global generators
-        (dropout masks) before the train-mode forward.
+        before the eval-mode and before the train-mode forward (dropout masks,
+        ``torch.randn_like`` noise and the other draws a model makes).
       loss_fn: ``(torch_loss, jax_loss)``, each ``outputs -> scalar``; the
         default is ``sum(w * output)`` with seeded random ``w``. The torch loss
         runs before the JAX one; in a float32 check it also runs, first, on
@@ -245,6 +247,7 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
     expected = _torch_phases(torch_module, example_input, torch_loss, seed)
 
     eval_graph, eval_state = nnx.split(nnx.clone(twin).eval())
+    jax_impl.random.manual_seed(seed)  # as torch's eval phase starts: the same draws in eval mode
     # One jitted function per phase: compiling the whole graph once beats dispatching op by op.
     j_eval = jax.jit(lambda s, x: nnx.merge(eval_graph, s)(x))(eval_state, x)
 

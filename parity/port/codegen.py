@@ -264,6 +264,8 @@ def _header(class_name: str, torch_name: str, body: str) -> str:
     imports.append("import jax_impl.nn as nn")
     if _uses("F", body):
         imports.append("from jax_impl.nn import functional as F")
+    if _uses("staged", body):
+        imports.append("from jax_impl.random import staged")
     return (
         f'"""JAX twin of ``{torch_name}``, written by ``parity port`` from a torch.fx trace.\n\n'
         "Attribute names are torch's, so the twin's state paths are the torch model's ``state_dict`` keys;\n"

@@ -246,6 +246,55 @@ def _triangle(jnp_name):
     return render
 
 
+def _size_args(size) -> tuple:
+    """``torch.randn(2, 3)`` / ``torch.randn((2, 3))``: the shape as one tuple."""
+    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else tuple(size)
+
+
+def _random_factory(name):
+    """``torch.randn`` / ``rand`` (``*size``, ``dtype``): torch's draws from jax_impl's copy of its global
+    stream, traceable (``jax_impl.random.staged``); a float draw without ``dtype`` is torch's default dtype."""
+    def render(r, *size, generator=None, dtype=None, layout=None, device=None, pin_memory=False,
+               requires_grad=False, out=None):
+        if generator is not None or out is not None:
+            raise r.fail(f"torch.{name} with generator= or out= is not mapped (the twin draws from the global stream)")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        return f"staged.{name}({r(_size_args(size))}, dtype={r(dtype)})"
+
+    return render
+
+
+def _random_like(name):
+    def render(r, x, *, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False,
+               memory_format=None):
+        return f"staged.{name}({r(x)}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
+
+    return render
+
+
+def _randint(r, *args, generator=None, dtype=None, layout=None, device=None, pin_memory=False,
+             requires_grad=False, out=None):
+    """``torch.randint(high, size)`` / ``randint(low, high, size)``: int64 draws of torch's global stream."""
+    if generator is not None or out is not None or (dtype is not None and dtype is not torch.int64):
+        raise r.fail("torch.randint with generator=, out= or a dtype other than int64 is not mapped")
+    low, high, size = (0, *args) if len(args) == 2 else args
+    return f"staged.randint({r(low)}, {r(high)}, {r(tuple(size))})"
+
+
+def _normal(r, mean, std=1.0, size=None, *, generator=None, dtype=None, layout=None, device=None,
+            pin_memory=False, requires_grad=False, out=None):
+    """``torch.normal`` (float or tensor mean/std): standard normals of torch's stream, then torch's arithmetic."""
+    if generator is not None or out is not None or dtype is not None:
+        raise r.fail("torch.normal with generator=, out= or dtype= is not mapped")
+    return f"staged.normal({r(mean)}, {r(std)}" + (f", {r(tuple(size))})" if size is not None else ")")
+
+
+def _bernoulli(r, p, *, generator=None, out=None):
+    if generator is not None or out is not None:
+        raise r.fail("torch.bernoulli with generator= or out= is not mapped")
+    return f"staged.bernoulli({r(p)})"
+
+
 def _torch_dropout(r, x, p, train):
     # torch.dropout(input, p, train) is F.dropout's kernel, with `train` for `training`.
     return f"F.dropout({r(x)}, {r(p)}, {r.training(train)})"
@@ -277,6 +326,9 @@ _FUNCTIONS.update({
     torch.bmm: _matmul, torch.dropout: _torch_dropout, torch.arange: _arange,
     torch.zeros: _filled("zeros", 0.0), torch.ones: _filled("ones", 1.0), torch.full: _filled("full"),
     torch.triu: _triangle("triu"), torch.tril: _triangle("tril"),
+    torch.randn: _random_factory("randn"), torch.rand: _random_factory("rand"),
+    torch.randn_like: _random_like("randn_like"), torch.rand_like: _random_like("rand_like"),
+    torch.randint: _randint, torch.normal: _normal, torch.bernoulli: _bernoulli,
     torch.relu_: _functional("relu"), torch.max_pool1d: _functional("max_pool1d"),
     torch.max_pool2d: _functional("max_pool2d"), torch.max_pool3d: _functional("max_pool3d"),
     torch.avg_pool1d: _functional("avg_pool1d"), torch.adaptive_avg_pool1d: _functional("adaptive_avg_pool1d"),

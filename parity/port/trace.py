@@ -19,8 +19,11 @@ names the offending node, the source line and the fallback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import traceback
+from collections.abc import Iterator
 
 import torch
 import torch.fx
@@ -88,10 +91,38 @@ class Traces:
     eval: torch.fx.Graph
 
 
+# Tensor factories recorded as graph nodes while tracing. fx runs a torch function whose arguments hold no
+# proxy (``torch.randn(4, 6)``, ``torch.zeros(2, 3)``) and bakes its result into the graph as a constant, so
+# the twin would replay one draw forever; with a traced size (``torch.rand(x.shape[0], 1)``) the call fails
+# outright. Recorded, each becomes its ``jax_impl`` counterpart (``jax_impl.random.staged`` for the draws).
+_FACTORIES = ("randn", "rand", "randint", "normal", "zeros", "ones", "full", "arange")
+
+
+@contextlib.contextmanager
+def _factories_recorded(tracer: torch.fx.Tracer) -> Iterator[None]:
+    originals = {name: getattr(torch, name) for name in _FACTORIES}
+
+    def recorded(fn):
+        @functools.wraps(fn)
+        def factory(*args, **kwargs):
+            return tracer.create_proxy("call_function", fn, args, kwargs)
+
+        return factory
+
+    try:
+        for name, fn in originals.items():
+            setattr(torch, name, recorded(fn))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+
+
 def _trace_once(module: torch.nn.Module) -> torch.fx.Graph:
     tracer = _Tracer()
     try:
-        return tracer.trace(module)
+        with _factories_recorded(tracer):
+            return tracer.trace(module)
     except PortError:
         raise
     except Exception as error:  # noqa: BLE001 - every fx failure becomes one error that says what to do

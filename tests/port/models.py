@@ -287,3 +287,51 @@ class ForwardForwardNet(nn.Module):
 
 def failing_factory() -> nn.Module:
     raise RuntimeError("CUDA is required")
+
+
+class VAE(torch.nn.Module):
+    """The official ``examples/vae`` model (784 -> 400 -> 20 at a tiny size), as written: ``torch.randn_like``
+    in the reparameterisation draws noise in train and eval mode alike."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(12, 8)
+        self.fc21 = torch.nn.Linear(8, 3)
+        self.fc22 = torch.nn.Linear(8, 3)
+        self.fc3 = torch.nn.Linear(3, 8)
+        self.fc4 = torch.nn.Linear(8, 12)
+
+    def encode(self, x):
+        h1 = torch.nn.functional.relu(self.fc1(x))
+        return self.fc21(h1), self.fc22(h1)
+
+    def reparameterize(self, mu, logvar):
+        std = torch.exp(0.5 * logvar)
+        eps = torch.randn_like(std)
+        return mu + eps * std
+
+    def decode(self, z):
+        h3 = torch.nn.functional.relu(self.fc3(z))
+        return torch.sigmoid(self.fc4(h3))
+
+    def forward(self, x):
+        mu, logvar = self.encode(x.view(-1, 12))
+        z = self.reparameterize(mu, logvar)
+        return self.decode(z), mu, logvar
+
+
+class NoisyDenoiser(torch.nn.Module):
+    """Draws of every mapped kind inside ``forward``: timesteps, uniforms, a normal with tensor mean and std,
+    Bernoulli noise and fresh latents, with sizes read from the input and written as numbers."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        t = torch.randint(0, 10, (x.shape[0],))
+        u = torch.rand(4, 1)
+        n = torch.normal(x * 0.3, x.abs() + 0.5)
+        keep = torch.bernoulli(torch.sigmoid(x))
+        z = torch.randn(x.size(0), 6) + torch.zeros(4, 6)
+        return self.fc(n * keep + u * z) + t[:, None]
