@@ -22,10 +22,8 @@ The normal-based initialisers (``normal_``, ``xavier_normal_``,
 through :meth:`jax_impl.random.Generator.normal` (torch's CPU Box-Muller
 kernels, bit for bit); ``orthogonal_`` draws torch's numbers and factors
 them with NumPy's LAPACK (equal to torch's to the QR's rounding).
-``trunc_normal_`` draws a jax key from the generator: the same law,
-reproducible from the seed, not torch's numbers (torch's ``erfinv`` is not
-reproduced); to start from exactly torch's weights there, convert them
-(``parity.convert.load_torch_state_dict``).
+``trunc_normal_`` runs torch's rejection sampler on torch's draws (see its
+docstring).
 Formulas follow torch 2.13 ``torch/nn/init.py``:
 
 - ``xavier_uniform_``:  U(-a, a), a = gain * sqrt(3) * sqrt(2 / (fan_in + fan_out))
@@ -173,6 +171,11 @@ def _jax_draw(draw, key, shape: tuple[int, ...], dtype, **kwargs) -> jax.Array:
 
 def _torch_uniform(generator: Generator | None, shape: tuple[int, ...], dtype, a: float, b: float) -> jax.Array:
     """torch's CPU ``uniform_`` bit for bit, drawing from ``generator`` (default: torch's global one)."""
+    return jnp.asarray(_torch_uniform_host(generator, shape, dtype, a, b), dtype)
+
+
+def _torch_uniform_host(generator: Generator | None, shape: tuple[int, ...], dtype, a: float, b: float) -> np.ndarray:
+    """:func:`_torch_uniform` as a NumPy array (float64 stays float64 without jax's x64)."""
     gen = default_generator if generator is None else generator
     n = math.prod(shape)
     dtype = jnp.dtype(dtype)
@@ -180,27 +183,12 @@ def _torch_uniform(generator: Generator | None, shape: tuple[int, ...], dtype, a
         r = gen.random_u32(n) & np.uint32(2**24 - 1)
         a32, b32 = np.float32(a), np.float32(b)
         out = r.astype(np.float64) * 2.0**-24 * np.float64(b32 - a32) + np.float64(a32)
-        return jnp.asarray(out.astype(np.float32).reshape(shape))
+        return out.astype(np.float32).reshape(shape)
     if dtype == jnp.float64:
         r = gen.random_u64(n) & np.uint64(2**53 - 1)
         # torch's compiled kernel contracts x * (b - a) + a into one fused multiply-add.
-        out = fma64(r.astype(np.float64) * 2.0**-53, np.float64(b - a), np.float64(a))
-        return jnp.asarray(out.reshape(shape), dtype)
+        return fma64(r.astype(np.float64) * 2.0**-53, np.float64(b - a), np.float64(a)).reshape(shape)
     raise NotImplementedError(f"torch-identical uniform_ draws for dtype {dtype}; pass a jax PRNG key instead")
-
-
-def _jax_key(key, fn: str):
-    """A jax key for the initialiser torch-identical draws do not cover (``trunc_normal_``).
-
-    From a :class:`Generator` (or ``None``: the global one) the key is derived
-    from one ``random64()`` draw, so the result is reproducible from the seed
-    and advances the stream, but its numbers are not torch's.
-    """
-    del fn
-    if key is None or isinstance(key, Generator):
-        gen = default_generator if key is None else key
-        return jax.random.key(int(gen.random_u64(1)[0]) & (2**63 - 1))
-    return key
 
 
 def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float = 1.0) -> jax.Array:
@@ -231,17 +219,69 @@ def trunc_normal_(
     a: float = -2.0,
     b: float = 2.0,
 ) -> jax.Array:
-    """N(mean, std^2) conditioned on [a, b] (torch redraws; we sample the same law)."""
+    """N(mean, std^2) truncated to [a, b], by torch's rejection sampler.
+
+    torch (``_no_grad_trunc_normal_``): when the window holds more than 30% of the mass,
+    ``normal_(mean, std)`` for the whole tensor, then while an element lies outside ``[a, b]`` (bounds in the
+    tensor's dtype) a whole new ``normal_`` draw replaces the elements outside. Otherwise ``uniform_(a, b)``
+    candidates accepted where ``log(uniform_()) > -((x - mean) / std)^2 / 2 - log_peak``, the rejected ones
+    redrawn the same way (a whole tensor of candidates and of uniforms each round). From a
+    :class:`Generator` (or ``None``) these are torch's draws in torch's order: the first branch is torch's
+    numbers bit for bit; in the second, NumPy's ``log`` stands in for torch's (MKL's), which can flip an
+    acceptance only where the two logs straddle the bound (not seen in the tests). From a jax key:
+    ``jax.random.truncated_normal`` (the same law).
+    """
     if (mean < a - 2 * std) or (mean > b + 2 * std):
         warnings.warn(
             "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
             "The distribution of values may be incorrect.",
             stacklevel=2,
         )
+    if key is None or isinstance(key, Generator):
+        work = np.dtype(jnp.dtype(dtype))
+        gen = default_generator if key is None else key
+        return jnp.asarray(_torch_trunc_normal(gen, tuple(shape), work, mean, std, a, b), dtype)
     lower, upper = (a - mean) / std, (b - mean) / std
-    z = jax.random.truncated_normal(_jax_key(key, "trunc_normal_"), lower, upper, tuple(shape), jnp.float32)
+    z = jax.random.truncated_normal(key, lower, upper, tuple(shape), jnp.float32)
     # Rounding mean + std*z to dtype could step outside [a, b]; torch never returns such values.
     return jnp.clip(mean + std * z, a, b).astype(dtype)
+
+
+def _torch_trunc_normal(gen: Generator, shape: tuple[int, ...], work: np.dtype, mean: float, std: float, a: float,
+                        b: float) -> np.ndarray:
+    """torch 2.13's ``_no_grad_trunc_normal_`` on the host (see :func:`trunc_normal_`)."""
+
+    def norm_cdf(x: float) -> float:
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    t = work.type
+    if norm_cdf((b - mean) / std) - norm_cdf((a - mean) / std) > 0.3:
+        lo, hi = t(a), t(b)
+        result = gen.normal(shape, mean, std, work)
+        while True:
+            outside = (result < lo) | (result > hi)
+            if not outside.any():
+                return result
+            result = np.where(outside, gen.normal(shape, mean, std, work), result)
+    mode = max(a, min(mean, b))
+    log_peak = -0.5 * ((mode - mean) / std) ** 2
+
+    def log_pdf(x: np.ndarray) -> np.ndarray:
+        # candidates.sub_(mean).div_(std).pow_(2).mul_(-0.5).sub_(log_peak): one rounding each, in the dtype.
+        y = (x - t(mean)) / t(std)
+        return y * y * t(-0.5) - t(log_peak)
+
+    def accepted(candidates: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.log(gen.rand(shape, work)) > log_pdf(candidates)
+
+    result = _torch_uniform_host(gen, shape, work, a, b)
+    pending = accepted(result)
+    while pending.any():
+        candidates = _torch_uniform_host(gen, shape, work, a, b)
+        result = np.where(pending, candidates, result)
+        pending = np.where(pending, accepted(candidates), pending)
+    return result
 
 
 def constant_(key, shape: Shape, dtype=jnp.float32, val: float = 0.0) -> jax.Array:

@@ -37,7 +37,7 @@ def _assert_state_dicts_equal(theirs: dict, ours: dict) -> None:
 def test_a_model_whose_every_init_is_a_normal_draw_starts_equal(np_dtype, torch_dtype):
     """A DCGAN-style ``weights_init`` (conv ``normal_(0, 0.02)``, BatchNorm ``normal_(1, 0.02)``), an
     ``Embedding`` (default init, ``padding_idx``), ``kaiming_normal_`` and ``xavier_normal_`` Linears,
-    ``sparse_`` and a MultiheadAttention with ``bias_k``/``bias_v``: equal state dicts, equal generator state."""
+    ``trunc_normal_`` (both of torch's rejection samplers), ``sparse_`` and a MultiheadAttention with ``bias_k``/``bias_v``: equal state dicts, equal generator state."""
     torch.set_default_dtype(torch_dtype)
     try:
         torch.manual_seed(11)
@@ -57,6 +57,8 @@ def test_a_model_whose_every_init_is_a_normal_draw_starts_equal(np_dtype, torch_
         torch.nn.init.kaiming_normal_(t["fc1"].weight, mode="fan_out", nonlinearity="relu")
         torch.nn.init.xavier_normal_(t["fc2"].weight, gain=1.3)
         torch.nn.init.sparse_(t["sparse"].weight, sparsity=0.4, std=0.05)
+        torch.nn.init.trunc_normal_(t["fc1"].bias, std=0.02)  # ViT's init: the normal_-and-redraw branch
+        torch.nn.init.trunc_normal_(t["fc2"].bias, 0.0, 2.0, -0.5, 0.5)  # a narrow window: the uniform branch
         theirs = t.state_dict()
         torch_state = torch.get_rng_state()
     finally:
@@ -88,7 +90,24 @@ def _jax_model(d) -> dict:
                                                  nonlinearity="relu")
     j["fc2"].weight[...] = init.xavier_normal_(None, j["fc2"].weight[...].shape, d, gain=1.3)
     j["sparse"].weight[...] = init.sparse_(None, j["sparse"].weight[...].shape, d, sparsity=0.4, std=0.05)
+    j["fc1"].bias[...] = init.trunc_normal_(None, j["fc1"].bias[...].shape, d, std=0.02)
+    j["fc2"].bias[...] = init.trunc_normal_(None, j["fc2"].bias[...].shape, d, 0.0, 2.0, -0.5, 0.5)
     return {f"{name}.{k}": v for name, m in j.items() for k, v in to_torch_state_dict(m).items()}
+
+
+@pytest.mark.parametrize(("np_dtype", "torch_dtype"), _DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize(("mean", "std", "a", "b"), [(0.0, 1.0, -2.0, 2.0), (0.3, 0.5, -1.0, 1.5), (0.0, 1.0, 0.5, 0.9),
+                                                     (0.0, 2.0, -0.5, 0.5), (1.0, 0.1, 0.9, 2.0)])
+def test_trunc_normal_is_torchs_rejection_sampler_draw_for_draw(np_dtype, torch_dtype, mean, std, a, b):
+    """Windows holding more and less than 30% of the mass (torch's two samplers), several rounds of redraws
+    on 2,100 elements: equal values and equal generator states, so every later draw stays equal too."""
+    torch.manual_seed(1)
+    theirs = torch.nn.init.trunc_normal_(torch.empty(300, 7, dtype=torch_dtype), mean, std, a, b)
+    jr.manual_seed(1)
+    with jax.enable_x64(np_dtype == np.float64):
+        ours = np.asarray(init.trunc_normal_(None, (300, 7), np_dtype, mean, std, a, b))
+    np.testing.assert_array_equal(ours, theirs.numpy())
+    assert bytes(jr.get_rng_state()) == bytes(torch.get_rng_state().numpy())
 
 
 @pytest.mark.parametrize(("np_dtype", "torch_dtype"), _DTYPES, ids=["float32", "float64"])
