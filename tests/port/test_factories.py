@@ -1,8 +1,13 @@
-"""Ported models that draw random numbers: ``torch.randn_like``, ``randn``, ``rand``, ``randint``, ``normal`` and
+"""Tensor factories in ``forward``: fx records them (sizes as numbers or read from the input) instead of baking
+one result into the graph.
+
+Ported models that draw random numbers: ``torch.randn_like``, ``randn``, ``rand``, ``randint``, ``normal`` and
 ``bernoulli`` become ``jax_impl.random.staged`` draws of torch's own stream, so ``check_port`` compares
 identical noise (both generators seeded alike before each phase)."""
 
 from __future__ import annotations
+
+import torch
 
 import parity
 from tests.port import models
@@ -23,4 +28,24 @@ def test_every_mapped_draw_in_a_forward(x64):
     for call in ("staged.randint(0, 10,", "staged.rand(", "staged.normal(", "staged.bernoulli(", "staged.randn("):
         assert call in source, call
     check = parity.port.check_port(model, input_shape=(4, 6))
+    assert check.passed, check.table()
+
+
+class _TimeSequenceCell(torch.nn.Module):
+    """The official time-sequence-prediction example's state initialisation, as written."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 51)
+
+    def forward(self, input):
+        h_t = torch.zeros(input.size(0), 51, dtype=torch.double)
+        return self.fc(input) + h_t + torch.ones(input.shape[0], 1, dtype=torch.double)
+
+
+def test_zeros_and_ones_sized_by_the_input_port(x64):
+    model = _TimeSequenceCell().double()
+    source = parity.port.port_source(model)
+    assert "jnp.zeros((size, 51), dtype=jnp.float64)" in source
+    check = parity.port.check_port(model, input_shape=(4, 3))
     assert check.passed, check.table()
