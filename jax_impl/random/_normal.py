@@ -31,6 +31,8 @@
 
 The kernel a CPU gets is decided as torch decides it: ``ATEN_CPU_CAPABILITY``
 if set, else the CPU's AVX2 and FMA flags (:func:`vectorized_float_kernel`).
+The contraction reproduced is GCC's, which builds torch's Linux and macOS
+wheels; a build by another compiler (MSVC on Windows) may round otherwise.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import functools
 import math
 import os
 import platform
+import sys
 import numpy as np
 
 from jax_impl.random.fma import fma32, fma64
@@ -62,15 +65,25 @@ def vectorized_float_kernel() -> bool:
         return forced in ("avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx")
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
+    return {"avx2", "fma"} <= _cpu_flags()
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags, lower case: ``/proc/cpuinfo`` on Linux, ``sysctl`` on macOS."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return {"avx2", "fma"} <= flags
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    if sys.platform == "darwin":
+        import subprocess
+
+        out = subprocess.run(["sysctl", "-n", "machdep.cpu.features", "machdep.cpu.leaf7_features"],
+                             capture_output=True, text=True, check=False).stdout
+        return {flag.lower().replace("avx2.0", "avx2") for flag in out.split()}
+    return set()
 
 
 # -- avx_mathfun.h ----------------------------------------------------------------------------------------------------
