@@ -31,8 +31,9 @@
 
 The kernel a CPU gets is decided as torch decides it: ``ATEN_CPU_CAPABILITY``
 if set, else the CPU's AVX2 and FMA flags (:func:`vectorized_float_kernel`).
-The contraction reproduced is GCC's, which builds torch's Linux and macOS
-wheels; a build by another compiler (MSVC on Windows) may round otherwise.
+The contraction reproduced is GCC's, which builds torch's Linux wheels; a
+build by another compiler (clang on macOS, MSVC on Windows) may contract
+otherwise, and its float32 draws of 16 or more may then differ in the last bit.
 """
 
 from __future__ import annotations
