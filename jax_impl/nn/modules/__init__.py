@@ -44,6 +44,7 @@ from jax_impl.nn.modules.loss import (
 )
 from jax_impl.nn.modules.module import Buffer, Module
 from jax_impl.nn.modules.normalization import GroupNorm, LayerNorm, RMSNorm
+from jax_impl.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from jax_impl.nn.modules.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -74,4 +75,5 @@ __all__ = [
     "Softmax", "Softplus", "Softsign", "SyncBatchNorm", "Tanh", "Tanhshrink", "Threshold", "Unflatten",
     "Embedding", "GroupNorm", "LayerNorm", "MultiheadAttention", "RMSNorm",
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
+    "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase",
 ]
