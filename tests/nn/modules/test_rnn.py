@@ -38,9 +38,10 @@ def _pair(name, kwargs, torch_dtype, np_dtype, seed=0):
 
 
 @pytest.mark.parametrize(("name", "kwargs"), _GRID)
-@pytest.mark.parametrize(("np_dtype", "torch_dtype", "tol"), [(np.float64, torch.float64, 1e-12),
-                                                             (np.float32, torch.float32, 2e-6)],
-                         ids=["float64", "float32"])
+@pytest.mark.parametrize(("np_dtype", "torch_dtype", "tol"), [
+    (np.float64, torch.float64, 1e-12),
+    # float32 repeats the float64 grid at float32's rounding: the slow tier pays for it.
+    pytest.param(np.float32, torch.float32, 2e-6, marks=pytest.mark.slow)], ids=["float64", "float32"])
 def test_recurrent_layers_match_torch(name, kwargs, np_dtype, torch_dtype, tol):
     with jax.enable_x64(np_dtype == np.float64):
         theirs, ours = _pair(name, kwargs, torch_dtype, np_dtype)
