@@ -45,6 +45,24 @@ from jax_impl.nn.modules.loss import (
 from jax_impl.nn.modules.module import Buffer, Module
 from jax_impl.nn.modules.normalization import GroupNorm, LayerNorm, RMSNorm
 from jax_impl.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from jax_impl.nn.modules.padding import (
+    CircularPad1d,
+    CircularPad2d,
+    CircularPad3d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ConstantPad3d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ReplicationPad3d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ZeroPad3d,
+)
+from jax_impl.nn.modules.pixelshuffle import PixelShuffle, PixelUnshuffle
 from jax_impl.nn.modules.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -76,4 +94,7 @@ __all__ = [
     "Embedding", "GroupNorm", "LayerNorm", "MultiheadAttention", "RMSNorm",
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase",
+    "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
+    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+    "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
 ]
