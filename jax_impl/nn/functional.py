@@ -59,6 +59,7 @@ from jax_impl.nn._functional_loss import (  # noqa: F401
 from jax_impl.nn._functional_norm import batch_norm  # noqa: F401
 from jax_impl.nn._functional_normalization import group_norm, layer_norm, rms_norm  # noqa: F401
 from jax_impl.nn._functional_sparse import embedding  # noqa: F401
+from jax_impl.nn._functional_instancenorm import instance_norm  # noqa: F401
 from jax_impl.nn._functional_pixelshuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from jax_impl.nn._functional_attention import (  # noqa: F401
     multi_head_attention_forward,

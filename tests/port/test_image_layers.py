@@ -1,5 +1,6 @@
 """Image layers in ported models: the official super-resolution example (``PixelShuffle``, its orthogonal init)
-and a reflection-padded convolution as fast neural style writes them, checked in float64 and float32."""
+and fast neural style's reflection-padded convolution and residual block (``InstanceNorm2d``), checked in
+float64 and float32."""
 
 from __future__ import annotations
 
@@ -51,8 +52,28 @@ class ConvLayer(nn.Module):
         return out
 
 
-def test_super_resolution_and_reflection_padding_port(x64):
-    for model, shape in ((SuperResolutionNet(3), (2, 1, 6, 6)), (ConvLayer(2, 3, 5, 2), (1, 2, 8, 8))):
+class ResidualBlock(nn.Module):
+    """``examples/fast_neural_style``'s ``ResidualBlock``: reflection-padded convolutions with InstanceNorm2d."""
+
+    def __init__(self, channels):
+        super(ResidualBlock, self).__init__()  # noqa: UP008
+        self.conv1 = ConvLayer(channels, channels, kernel_size=3, stride=1)
+        self.in1 = nn.InstanceNorm2d(channels, affine=True)
+        self.conv2 = ConvLayer(channels, channels, kernel_size=3, stride=1)
+        self.in2 = nn.InstanceNorm2d(channels, affine=True)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        residual = x
+        out = self.relu(self.in1(self.conv1(x)))
+        out = self.in2(self.conv2(out))
+        out = out + residual
+        return out
+
+
+def test_super_resolution_and_fast_neural_style_blocks_port(x64):
+    for model, shape in ((SuperResolutionNet(3), (2, 1, 6, 6)), (ConvLayer(2, 3, 5, 2), (1, 2, 8, 8)),
+                         (ResidualBlock(3), (2, 3, 6, 6))):
         for dtype in ("double", "float"):
             typed = getattr(model, dtype)()
             check = parity.port.check_port(typed, input_shape=shape)

@@ -30,6 +30,7 @@ from jax_impl.nn.modules.container import ModuleList, Sequential
 from jax_impl.nn.modules.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from jax_impl.nn.modules.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from jax_impl.nn.modules.flatten import Flatten, Unflatten
+from jax_impl.nn.modules.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from jax_impl.nn.modules.linear import Identity, Linear
 from jax_impl.nn.modules.loss import (
     BCELoss,
@@ -97,4 +98,5 @@ __all__ = [
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
     "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
     "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
 ]
