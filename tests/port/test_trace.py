@@ -39,7 +39,7 @@ class _Unmapped(nn.Module):
 class _UnknownLayer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.up = nn.PixelShuffle(2)
+        self.up = nn.Upsample(scale_factor=2)
 
     def forward(self, x):
         return self.up(x)
@@ -54,7 +54,7 @@ class _InPlaceAlias(nn.Module):
 
 @pytest.mark.parametrize("model, node, why", [
     (_Unmapped(), "node 'cumsum'", "no JAX mapping"),
-    (_UnknownLayer(), "node 'up'", "jax_impl.nn has no PixelShuffle"),
+    (_UnknownLayer(), "node 'up'", "jax_impl.nn has no Upsample"),
     (_InPlaceAlias(), "node 'relu_'", "modifies 'mul' in place"),
 ])
 def test_unsupported_nodes_name_target_and_source_line(model, node, why):
