@@ -246,6 +246,39 @@ def _triangle(jnp_name):
     return render
 
 
+def _where(r, condition, input, other):
+    """``torch.where(condition, input, other)``: ``jnp.where`` (a Python number takes the other side's dtype,
+    as torch's type promotion gives it)."""
+    return f"jnp.where({r(condition)}, {r(input)}, {r(other)})"
+
+
+def _masked_fill(r, x, mask, value):
+    """``x.masked_fill(mask, value)``: ``value`` in ``x``'s dtype where ``mask`` holds."""
+    return f"jnp.where({r(mask)}, jnp.asarray({r(value)}, {r(x)}.dtype), {r(x)})"
+
+
+def _clamp(r, x, min=None, max=None):  # noqa: A002 - torch's names
+    """``clamp(min, max)``: ``min(max(x, min), max)`` as torch (``min > max`` gives ``max``)."""
+    if min is None and max is None:
+        raise r.fail("clamp needs min or max")
+    out = r(x)
+    if min is not None:
+        out = f"jnp.maximum({out}, {r(min)})"
+    if max is not None:
+        out = f"jnp.minimum({out}, {r(max)})"
+    return out
+
+
+def _like(jnp_name, fill=None):
+    """``torch.zeros_like`` / ``ones_like`` / ``full_like``: ``x``'s shape and dtype unless ``dtype=``."""
+    def render(r, x, *args, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False,
+               memory_format=None):
+        value = f", {r(args[0])}" if fill is None and args else ""
+        return f"jnp.{jnp_name}({r(x)}{value}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
+
+    return render
+
+
 def _size_args(size) -> tuple:
     """``torch.randn(2, 3)`` / ``torch.randn((2, 3))``: the shape as one tuple."""
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else tuple(size)
@@ -311,7 +344,7 @@ _METHODS = {
     "exp": _jnp_unary("exp"), "log": _jnp_unary("log"), "sqrt": _jnp_unary("sqrt"), "abs": _jnp_unary("abs"),
     "neg": _jnp_unary("negative"), "add": _add, "sub": _sub, "mul": _binary("*"), "div": _div,
     "pow": _binary("**"), "matmul": _matmul, "float": _astype("jnp.float32"), "double": _astype("jnp.float64"),
-    "to": _to,
+    "to": _to, "masked_fill": _masked_fill, "clamp": _clamp, "clip": _clamp,
 }
 
 # torch.<name>(x, ...) means x.<name>(...) for these.
@@ -329,12 +362,15 @@ _FUNCTIONS.update({
     torch.randn: _random_factory("randn"), torch.rand: _random_factory("rand"),
     torch.randn_like: _random_like("randn_like"), torch.rand_like: _random_like("rand_like"),
     torch.randint: _randint, torch.normal: _normal, torch.bernoulli: _bernoulli,
+    torch.where: _where, torch.clamp: _clamp, torch.clip: _clamp, torch.masked_fill: _masked_fill,
+    torch.zeros_like: _like("zeros_like", 0), torch.ones_like: _like("ones_like", 1),
+    torch.full_like: _like("full_like"),
     torch.relu_: _functional("relu"), torch.max_pool1d: _functional("max_pool1d"),
     torch.max_pool2d: _functional("max_pool2d"), torch.max_pool3d: _functional("max_pool3d"),
     torch.avg_pool1d: _functional("avg_pool1d"), torch.adaptive_avg_pool1d: _functional("adaptive_avg_pool1d"),
 })
 
-_ATTRIBUTES = {"shape", "ndim", "dtype", "T"}
+_ATTRIBUTES = {"shape", "ndim", "dtype", "T", "mT"}
 
 
 def _apply(r: Renderer, what: str, render, args, kwargs) -> str:

@@ -49,3 +49,26 @@ def test_zeros_and_ones_sized_by_the_input_port(x64):
     assert "jnp.zeros((size, 51), dtype=jnp.float64)" in source
     check = parity.port.check_port(model, input_shape=(4, 3))
     assert check.passed, check.table()
+
+
+class _TensorOps(torch.nn.Module):
+    """Ops GAT, minGPT and forward-forward write: ``torch.where``, ``masked_fill``, ``clamp``, ``*_like``, ``.mT``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        scores = h @ h.mT
+        scores = scores.masked_fill(scores > 1.0, float("-inf"))
+        att = torch.softmax(scores, dim=-1)
+        gated = torch.where(h > 0, h, torch.zeros_like(h))
+        return att @ gated.clamp(min=-0.5, max=2.0) + torch.ones_like(h) * h.clamp(max=0.3)
+
+
+def test_tensor_ops_of_real_models_port(x64):
+    for dtype in ("double", "float"):
+        model = getattr(_TensorOps(), dtype)()
+        check = parity.port.check_port(model, input_shape=(2, 3, 4))
+        assert check.passed, check.table()
