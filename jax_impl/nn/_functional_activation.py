@@ -35,8 +35,8 @@ from jax_impl import amp
 from jax_impl.nn._functional_loss import log_softmax, softmax
 
 __all__ = [
-    "celu", "elu", "gelu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log_softmax", "logsigmoid", "mish",
-    "prelu", "relu", "relu6", "selu", "sigmoid", "silu", "softmax", "softplus", "softsign", "tanh", "tanhshrink",
+    "celu", "elu", "gelu", "glu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log_softmax", "logsigmoid", "mish",
+    "prelu", "relu", "relu6", "selu", "sigmoid", "silu", "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink",
     "threshold",
 ]
 
@@ -237,6 +237,44 @@ def softsign(input):
     """``x / (1 + |x|)``."""
     x = jnp.asarray(input)
     return x / (1 + jnp.abs(x))
+
+
+def hardshrink(input, lambd: float = 0.5):
+    """``0`` where ``-lambd <= x <= lambd``, else ``x`` (NaN stays NaN); the gradient is zero on that band."""
+    x = jnp.asarray(input)
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), x.dtype), x)
+
+
+def softshrink(input, lambd: float = 0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, ``x * 0`` between (torch's CPU kernel: NaN
+    stays NaN); torch refuses a negative ``lambd``."""
+    x = jnp.asarray(input)
+    top = float(jnp.finfo(x.dtype).max)
+    if not 0 <= lambd <= top:
+        names = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16"}
+        raise RuntimeError(f"lambda must be in range [0, {top:g}] for input dtype "
+                           f"{names.get(x.dtype.name, x.dtype.name)}, but found {lambd:g}")
+    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, x * 0))
+
+
+def glu(input, dim: int = -1):
+    """``a * sigmoid(b)`` of the two halves of ``dim``."""
+    x = jnp.asarray(input)
+    if x.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    size = x.shape[dim]
+    if size % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim % x.ndim} is size {size}")
+    a, b = jnp.split(x, 2, axis=dim)
+    return a * jax.nn.sigmoid(b)
+
+
+def softmin(input, dim: int | None = None, _stacklevel: int = 3, dtype=None):
+    """``torch.nn.functional.softmin``: ``softmax(-input, dim)``."""
+    x = jnp.asarray(input)
+    if dtype is not None:
+        x = x.astype(dtype)
+    return softmax(-x, dim)
 
 
 def tanhshrink(input):

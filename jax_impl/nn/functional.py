@@ -24,6 +24,8 @@ from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: to
     celu,
     elu,
     gelu,
+    glu,
+    hardshrink,
     hardsigmoid,
     hardswish,
     hardtanh,
@@ -37,6 +39,8 @@ from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: to
     sigmoid,
     silu,
     softplus,
+    softmin,
+    softshrink,
     softsign,
     tanh,
     tanhshrink,
@@ -457,3 +461,4 @@ def pad(input, pad, mode="constant", value=None):
         kernel = f"{'reflection' if mode == 'reflect' else 'replication'}_pad{n}d"
         x, = amp.cast_inputs(kernel, x)
     return jnp.pad(x, widths, mode=_PAD_MODES[mode])
+

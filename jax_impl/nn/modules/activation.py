@@ -12,7 +12,7 @@ from jax_impl.nn.modules.module import Module
 __all__ = [
     "CELU", "ELU", "GELU", "Hardsigmoid", "Hardswish", "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax",
     "Mish", "PReLU", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax", "Softplus", "Softsign", "Tanh",
-    "Tanhshrink", "Threshold",
+    "Tanhshrink", "Threshold", "GLU", "Hardshrink", "Softmax2d", "Softmin", "Softshrink",
 ]
 
 
@@ -105,6 +105,36 @@ class Tanhshrink(_NoArgs):
     """``torch.nn.Tanhshrink()``."""
 
     _fn = staticmethod(F.tanhshrink)
+
+
+class Hardshrink(Module):
+    """``torch.nn.Hardshrink(lambd=0.5)``."""
+
+    def __init__(self, lambd: float = 0.5) -> None:
+        self.lambd = lambd
+
+    def __call__(self, input):
+        return F.hardshrink(input, self.lambd)
+
+
+class Softshrink(Module):
+    """``torch.nn.Softshrink(lambd=0.5)``."""
+
+    def __init__(self, lambd: float = 0.5) -> None:
+        self.lambd = lambd
+
+    def __call__(self, input):
+        return F.softshrink(input, self.lambd)
+
+
+class GLU(Module):
+    """``torch.nn.GLU(dim=-1)``: ``a * sigmoid(b)`` of the halves of ``dim``."""
+
+    def __init__(self, dim: int = -1) -> None:
+        self.dim = dim
+
+    def __call__(self, input):
+        return F.glu(input, self.dim)
 
 
 class LeakyReLU(Module):
@@ -208,6 +238,26 @@ class Softmax(Module):
 
     def __call__(self, input):
         return F.softmax(input, self.dim)
+
+
+class Softmin(Module):
+    """``torch.nn.Softmin(dim=None)``: ``softmax(-x, dim)``."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+
+    def __call__(self, input):
+        return F.softmin(input, self.dim)
+
+
+class Softmax2d(Module):
+    """``torch.nn.Softmax2d()``: softmax over the channels of ``(N, C, H, W)`` or ``(C, H, W)``."""
+
+    def __call__(self, input):
+        x = jnp.asarray(input)
+        if x.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {x.ndim}D instead")
+        return F.softmax(x, -3)
 
 
 class LogSoftmax(Module):
