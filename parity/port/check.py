@@ -149,15 +149,15 @@ def _default_losses(seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
     return torch_loss, jax_loss
 
 
-def _torch_phases(torch_module: torch.nn.Module, x: torch.Tensor, torch_loss: Callable, seed: int) -> dict:
+def _torch_phases(torch_module: torch.nn.Module, args: tuple, torch_loss: Callable, seed: int) -> dict:
     """torch's value of every phase (:data:`PHASES`), each on its own copy of the model."""
     t_eval = set_training(copy.deepcopy(torch_module), False)
     torch.manual_seed(seed)  # a model that draws in eval mode too (a VAE's noise) draws the same numbers
     with torch.no_grad():
-        expected = t_eval(x)
+        expected = t_eval(*args)
     t_train = set_training(copy.deepcopy(torch_module), True)
     torch.manual_seed(seed)
-    outputs = t_train(x)
+    outputs = t_train(*args)
     torch_loss(outputs).backward()
     buffer_keys = {key for key, _ in t_train.named_buffers()}
     buffers = {k: v for k, v in t_train.state_dict().items() if k in buffer_keys}
@@ -210,7 +210,9 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
     Args:
       torch_module: the torch model (not changed: each phase runs on a copy).
       twin: its JAX twin (not changed either); ported here when ``None``.
-      example_input: the input tensor; else a seeded standard-normal one of
+      example_input: the input tensor, or a tuple of ``forward``'s positional
+        arguments (tensors, nested tuples of tensors such as an LSTM's
+        ``(h, c)``, ``None``); else a seeded standard-normal tensor of
         ``input_shape`` in the model's floating dtype.
       input_shape: shape of the random input when ``example_input`` is ``None``.
       seed: seeds the random input and both frameworks' global generators
@@ -225,31 +227,43 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
     Returns:
       A :class:`PortCheck`; ``check.passed`` and ``print(check.table())``.
     """
-    if twin is None:
-        from parity.port.live import port
-
-        twin = port(torch_module)
     dtype = next((p.dtype for p in torch_module.parameters() if p.is_floating_point()), torch.float32)
     if example_input is None:
         if input_shape is None:
             raise ValueError("check_port needs example_input or input_shape")
         generator = torch.Generator().manual_seed(seed)
         example_input = torch.randn(tuple(input_shape), generator=generator, dtype=dtype)
+    if twin is None:
+        from parity.port.live import port
+
+        twin = port(torch_module, example_input)
     rtol, atol = tolerance if tolerance is not None else TOLERANCES.get(dtype, TOLERANCES[torch.float32])
     torch_loss, jax_loss = loss_fn if loss_fn is not None else _default_losses(seed, dtype)
-    x = jnp.asarray(example_input.detach().cpu().numpy())
+    args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
+    # Tensors (nested in tuples too) become the jitted functions' arguments; other values (None, a flag, a
+    # number: the twin has them baked in) are passed as they are.
+    arrays = jax.tree.map(lambda t: jnp.asarray(t.detach().cpu().numpy()) if torch.is_tensor(t) else t, args,
+                          is_leaf=torch.is_tensor)
+    static = {i: a for i, a in enumerate(arrays) if not any(isinstance(v, jax.Array) for v in jax.tree.leaves(a))}
+    x = tuple(a for i, a in enumerate(arrays) if i not in static)
+
+    def call(model, x):
+        rest = iter(x)
+        return model(*[static[i] if i in static else next(rest) for i in range(len(arrays))])
 
     # float32: torch's own run in float64 on the same input first (torch_loss then keeps the float32 weights).
     reference = None
     if dtype == torch.float32:
-        x64 = example_input.double() if example_input.is_floating_point() else example_input  # token ids stay
-        reference = _torch_phases(copy.deepcopy(torch_module).double(), x64, torch_loss, seed)
-    expected = _torch_phases(torch_module, example_input, torch_loss, seed)
+        # token ids and masks stay as they are
+        args64 = jax.tree.map(lambda t: t.double() if torch.is_tensor(t) and t.is_floating_point() else t, args,
+                              is_leaf=torch.is_tensor)
+        reference = _torch_phases(copy.deepcopy(torch_module).double(), args64, torch_loss, seed)
+    expected = _torch_phases(torch_module, args, torch_loss, seed)
 
     eval_graph, eval_state = nnx.split(nnx.clone(twin).eval())
     jax_impl.random.manual_seed(seed)  # as torch's eval phase starts: the same draws in eval mode
     # One jitted function per phase: compiling the whole graph once beats dispatching op by op.
-    j_eval = jax.jit(lambda s, x: nnx.merge(eval_graph, s)(x))(eval_state, x)
+    j_eval = jax.jit(lambda s, x: call(nnx.merge(eval_graph, s), x))(eval_state, x)
 
     j_train = nnx.clone(twin).train()
     jax_impl.random.manual_seed(seed)  # torch's global stream as torch.manual_seed(seed) left it: its dropout masks
@@ -257,7 +271,7 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
 
     def loss_of(params):
         model = nnx.merge(graphdef, params, jax.tree.map(lambda v: v, rest))
-        out = model(x)
+        out = call(model, x)
         return jax_loss(out), (out, nnx.state(model, nnx.Not(nnx.Param)))
 
     (_, (j_outputs, j_rest)), grads = jax.jit(jax.value_and_grad(loss_of, has_aux=True))(params)

@@ -80,15 +80,17 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(model, torch.nn.Module):
             raise ConfigError(f"{args.factory}(**kwargs) returned a {type(model).__name__}, not a torch.nn.Module")
         model = model.to(dtype)
+        # The check's own input (check_port draws it the same way): the trace runs on it, so sizes are known.
+        example = torch.randn(shape, generator=torch.Generator().manual_seed(args.seed), dtype=dtype)
         try:
-            source = port_source(model)
+            source = port_source(model, example)
         except PortError as error:
             raise ConfigError(str(error)) from None
         output = Path(args.output)
         output.write_text(source)
         twin = instantiate(load_twin_class(output), model)
         try:
-            check = check_port(model, twin, input_shape=shape, seed=args.seed)
+            check = check_port(model, twin, example, seed=args.seed)
         except (TypeError, ValueError, RuntimeError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConfigError(f"the model does not run on --input-shape {args.input_shape}: {first}") from None

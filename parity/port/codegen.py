@@ -26,12 +26,13 @@ from parity.port.mapping import render_call_function, render_call_method
 from parity.port.render import Renderer
 from parity.port.tensor_ops import HELPERS
 from parity.port.trace import Traces, is_torch_leaf, trace
+from parity.port.values import guard
 
 __all__ = ["generate", "port_source"]
 
 _INDENT = "    "
 _INPLACE_FUNCTIONS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, torch.relu_}
-_GLOBAL_NAMES = {"F", "jnp", "nn", "nnx", "OrderedDict", "self", *HELPERS}
+_GLOBAL_NAMES = {"F", "jnp", "math", "nn", "nnx", "OrderedDict", "self", *HELPERS}
 
 
 def _is_identifier(name: str) -> bool:
@@ -184,21 +185,49 @@ def _get_attr(node: torch.fx.Node, root: torch.nn.Module, r: Renderer) -> str:
     return f"{_module_ref(root, owner_path)}.{name}[...]"
 
 
+def _statement(node: torch.fx.Node, r: Renderer) -> str | None:
+    """The twin's check for a node that only checks: a guard on a static fact, or a baked argument."""
+    if node.op != "call_function":
+        return None
+    if node.target is guard:
+        value, expected, where = node.args
+        where = where.replace("{", "{{").replace("}", "}}")
+        message = (f"{where}: the example input the twin was traced with gave {expected!r}, this input gives "
+                   f"{{{r(value)}!r}}; port the model again with an example input of this shape")
+        return f"if {r(value)} != {r(expected)}: raise ValueError(f{message!r})"
+    if node.target is torch._assert:
+        return f"if not {r(node.args[0])}: raise ValueError({r(node.args[1])})"
+    if node.target is torch.fx._symbolic_trace._assert_is_none:
+        return f"if {r(node.args[0])} is not None: raise ValueError({r(node.args[1])})"
+    return None
+
+
 def _body(graph: torch.fx.Graph, root: torch.nn.Module, mode: bool) -> tuple[list[str], list[str], set[str]]:
     """``(parameters, statements, helpers)`` of ``__call__`` for one traced graph."""
     r = Renderer(mode)
     order = {node: i for i, node in enumerate(graph.nodes)}
+    taken = {node.name for node in graph.nodes}
     params, lines = [], []
     for node in graph.nodes:
         r.node = node
         if node.op == "placeholder":
-            name = r.var(node)
             if node.target.startswith("*"):
                 raise r.fail("variadic forward arguments (*args, **kwargs) are not supported")
+            if "specialised" in node.meta:  # baked into the trace: the twin keeps torch's name and checks it
+                name, value = node.meta["specialised"]
+                if name not in taken:
+                    r.rename(node, name)
+                params.append(f"{r.var(node)}={r(value)}")
+                continue
+            name = r.var(node)
             params.append(f"{name}={r(node.args[0])}" if node.args else name)
             continue
         if node.op == "output":
             lines.append(f"return {r(node.args[0])}")
+            continue
+        statement = _statement(node, r)
+        if statement is not None:
+            lines.append(statement)
             continue
         _check_in_place(node, root, order, r)
         if node.op == "call_module":
@@ -255,8 +284,12 @@ def _uses(name: str, text: str) -> bool:
 
 def _header(class_name: str, torch_name: str, body: str) -> str:
     imports = []
+    if _uses("math", body):
+        imports.append("import math")
     if _uses("OrderedDict", body):
-        imports.append("from collections import OrderedDict\n")
+        imports.append("from collections import OrderedDict")
+    if imports:
+        imports[-1] += "\n"  # the standard library's group, then jax's
     if _uses("jnp", body):
         imports.append("import jax.numpy as jnp")
     if _uses("nnx", body):
@@ -278,11 +311,11 @@ def port_source(module: torch.nn.Module, example_input=None) -> str:
     """The Python source of ``module``'s ``jax_impl`` twin (a module defining one ``nnx.Module`` class).
 
     Args:
-      module: the torch model; traced in train and in eval mode (its modes are restored).
-      example_input: accepted for the signature of :func:`parity.port.port`; the trace needs no input.
+      module: the torch model; traced in train and in eval mode, on copies.
+      example_input: a tensor, or a tuple of ``forward``'s positional arguments. With it, Python code on
+        sizes, devices and lengths ports (each decision guarded in the twin); see :mod:`parity.port.trace`.
 
     Raises:
-      PortError: fx cannot trace the model, or a node or layer has no JAX mapping.
+      PortError: the model cannot be traced, or a node or layer has no JAX mapping.
     """
-    del example_input
-    return generate(module, trace(module))
+    return generate(module, trace(module, example_input))

@@ -101,16 +101,18 @@ def instantiate(cls: type, torch_module: torch.nn.Module) -> nnx.Module:
 def port(torch_module: torch.nn.Module, example_input=None) -> nnx.Module:
     """The ``jax_impl.nn`` twin of ``torch_module``: same function, same ``state_dict`` keys, its weights.
 
-    The model is traced with ``torch.fx`` in train and in eval mode, the twin's
+    The model is traced with ``torch.fx`` in train and in eval mode (on copies), the twin's
     source generated (:func:`parity.port.port_source` returns the same text),
     executed, instantiated and loaded with the torch module's parameters and
     buffers, in the torch module's dtypes and train/eval modes.
 
     Args:
       torch_module: the torch model.
-      example_input: optional tensor; if given, the twin is run on it
-        abstractly (``jax.eval_shape``, eval mode) and its output shapes are
-        checked against torch's eval-mode forward on a copy of the model.
+      example_input: optional tensor, or tuple of ``forward``'s positional
+        arguments. The trace runs on it, so that Python code on sizes,
+        devices and lengths ports (:mod:`parity.port.trace`); the twin is
+        then run on it abstractly (``jax.eval_shape``, eval mode) and its
+        output shapes are checked against torch's eval-mode forward.
 
     Returns:
       The twin, an ``nnx.Module`` (a ``jax_impl.nn.Module``).
@@ -120,7 +122,7 @@ def port(torch_module: torch.nn.Module, example_input=None) -> nnx.Module:
         message names the node, its target and source line, and the fallback.
       ValueError: a float64 model while jax's x64 mode is off.
     """
-    twin = instantiate(load_twin_class(port_source(torch_module)), torch_module)
+    twin = instantiate(load_twin_class(port_source(torch_module, example_input)), torch_module)
     if example_input is not None:
         _check_shapes(torch_module, twin, example_input)
     return twin
@@ -128,17 +130,23 @@ def port(torch_module: torch.nn.Module, example_input=None) -> nnx.Module:
 
 def _check_shapes(torch_module, twin, example_input) -> None:
     reference = set_training(copy.deepcopy(torch_module), False)
-    with torch.no_grad():
-        expected = reference(example_input)
-    x = jnp.asarray(example_input.detach().cpu().numpy())
+    args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        expected = reference(*args)
+    arrays = jax.tree.map(lambda t: jnp.asarray(t.detach().cpu().numpy()) if torch.is_tensor(t) else t, args,
+                          is_leaf=torch.is_tensor)
+    static = {i: a for i, a in enumerate(arrays) if not any(isinstance(v, jax.Array) for v in jax.tree.leaves(a))}
+    traced = [a for i, a in enumerate(arrays) if i not in static]
 
     graphdef, state = nnx.split(twin)
 
-    def forward(state, x):
+    def forward(state, traced):
         # A merged copy: switching it to eval mode leaves the twin's own modes alone.
-        return nnx.merge(graphdef, state).eval()(x)
+        rest = iter(traced)
+        call = [static[i] if i in static else next(rest) for i in range(len(arrays))]
+        return nnx.merge(graphdef, state).eval()(*call)
 
-    got = jax.eval_shape(forward, state, x)
+    got = jax.eval_shape(forward, state, traced)
     expected_shapes = [tuple(t.shape) for t in jax.tree.leaves(expected, is_leaf=torch.is_tensor)]
     got_shapes = [tuple(a.shape) for a in jax.tree.leaves(got)]
     if expected_shapes != got_shapes:

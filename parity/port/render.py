@@ -15,7 +15,7 @@ from parity.port.tensor_ops import HELPERS
 __all__ = ["Renderer"]
 
 # Names the generated module binds globally; a node named like one gets a trailing underscore.
-_RESERVED = {"self", "F", "jnp", "nn", "nnx", "OrderedDict", *HELPERS}
+_RESERVED = {"self", "F", "jnp", "math", "nn", "nnx", "OrderedDict", *HELPERS}
 
 
 class Renderer:
@@ -42,6 +42,10 @@ class Renderer:
                 name += "_"
             self._names[node] = name
         return self._names[node]
+
+    def rename(self, node: torch.fx.Node, name: str) -> None:
+        """Gives ``node``'s variable another name (a baked ``forward`` argument keeps torch's)."""
+        self._names[node] = name
 
     def helper(self, name: str) -> str:
         """Marks a :mod:`parity.port.tensor_ops` helper as used and returns its name."""
@@ -74,6 +78,8 @@ class Renderer:
             return "{" + ", ".join(f"{self(k)}: {self(v)}" for k, v in value.items()) + "}"
         if isinstance(value, slice):
             return f"slice({self(value.start)}, {self(value.stop)}, {self(value.step)})"
+        if isinstance(value, torch.device):
+            return "None"  # jax places arrays itself; `x.to(device)` and `device=` are no-ops in the twin
         if isinstance(value, torch.dtype):
             return f"jnp.{str(value).removeprefix('torch.')}"
         raise self.fail(f"its argument {value!r} ({type(value).__name__}) has no JAX spelling")

@@ -12,16 +12,27 @@ included (``F.dropout(x, training=self.training)`` becomes
 emits one body when both graphs agree and an ``if self.training`` branch
 when they do not.
 
-Where fx cannot trace (a tensor used in Python control flow, iterated, or any
-other failure inside ``forward``), :class:`~parity.port.errors.PortError`
+Given an example input, the trace also runs every node on it
+(:mod:`parity.port.values`): sizes, devices, lengths and loop counts are
+Python values where the code needs them (``if x.is_cuda``, ``assert t <=
+block_size``, ``for h in x.split(1, dim=1)``), each decision guarded in the
+twin. ``forward`` arguments given as or defaulting to ``None``, a bool, a
+number or a string are baked into the trace (``targets=None``).
+
+Where the model cannot be traced (Python control flow on tensor values, or
+any other failure inside ``forward``), :class:`~parity.port.errors.PortError`
 names the offending node, the source line and the fallback.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import copy
 import dataclasses
 import functools
+import inspect
+import operator
 import traceback
 from collections.abc import Iterator
 
@@ -29,6 +40,7 @@ import torch
 import torch.fx
 
 from parity.port.errors import FALLBACK, PortError, node_description, user_line
+from parity.port.values import MISSING, ExampleFailure, ExampleValues, ValueProxy
 
 __all__ = ["Traces", "is_torch_leaf", "set_training", "trace"]
 
@@ -45,42 +57,66 @@ def _current_user_line() -> str | None:
 
 
 class _Tracer(torch.fx.Tracer):
-    """fx's tracer with torch.nn leaves only, stack traces on every node and errors that name the node."""
+    """fx's tracer with torch.nn leaves only, stack traces on every node, errors that name the node and,
+    given example inputs, each node's value on them (:mod:`parity.port.values`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: torch.nn.Module, inputs: dict | None) -> None:
         super().__init__()
         self.record_stack_traces = True
         # Buffers as graph values (get_attr nodes), as parameters are: `self.mask[:s, :s]` with a traced `s`
         # then slices a proxy, where fx's default hands forward the real tensor and the slice fails.
         self.proxy_buffer_attributes = True
+        self.values = ExampleValues(self, root, inputs, _current_user_line)
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         return is_torch_leaf(m)
 
-    def _control_flow(self, obj, what: str):
+    def call_module(self, m, forward, args, kwargs):
+        # fx patches Module.__call__ while tracing; a layer run on the example (and the layers it calls
+        # itself, as TransformerEncoderLayer calls its attention) is plain torch code.
+        if self.values.running:
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        # fx patches Module.__getattr__ too: a layer running on the example reads its real weights.
+        if self.values.running:
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def proxy(self, node: torch.fx.Node) -> ValueProxy:
+        return ValueProxy(node, self)
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        self.values.record(proxy.node, kind, target, args, kwargs)
+        return proxy
+
+    def refuse(self, obj, what: str, value=MISSING):
+        """Raises the ``PortError`` for a proxy Python needs a value of and cannot have."""
+        if value is MISSING:
+            why = ("torch.fx records tensor operations, not Python control flow; pass an example input "
+                   "(parity.port(model, x)) so that sizes and devices are known")
+        else:
+            why = "it depends on tensor values, which the twin cannot know when it is traced"
         where = _current_user_line()
-        raise PortError(
-            f"cannot trace: {node_description(obj.node)} is {what}"
-            + (f" at {where}" if where else "")
-            + "; torch.fx records tensor operations, not Python control flow that depends on tensor values. "
-            f"Fallback: {FALLBACK}"
-        )
+        raise PortError(f"cannot trace: {node_description(obj.node)} {what}" + (f" at {where}" if where else "")
+                        + f"; {why}. Fallback: {FALLBACK}")
 
     def to_bool(self, obj):
-        self._control_flow(obj, "used as a Python bool (data-dependent control flow: if/while/and/or)")
+        return bool(self.values.static(obj, "is used as a Python bool (control flow: if/while/and/or/assert)"))
 
     def iter(self, obj):
-        # fx unpacks `a, b = x.chunk(2)` itself (it reads the unpacking's length from the bytecode).
-        try:
-            return super().iter(obj)
-        except torch.fx.proxy.TraceError:
-            self._control_flow(obj, "iterated over in Python (its length is unknown to the trace)")
+        value = self.values.get(obj.node)
+        if value is MISSING or isinstance(value, torch.Tensor) and value.dim() == 0:
+            self.refuse(obj, "is iterated over in Python (its length is unknown to the trace)", value)
+        return iter([obj[i] for i in range(self.values.length(obj))])
 
     def keys(self, obj):
-        try:
-            return super().keys(obj)
-        except torch.fx.proxy.TraceError:
-            self._control_flow(obj, "unpacked with ** (its keys are unknown to the trace)")
+        value = self.values.get(obj.node)
+        if isinstance(value, dict):
+            return value.keys()
+        self.refuse(obj, "is unpacked with ** (its keys are unknown to the trace)", value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +141,8 @@ def _factories_recorded(tracer: torch.fx.Tracer) -> Iterator[None]:
     def recorded(fn):
         @functools.wraps(fn)
         def factory(*args, **kwargs):
+            if tracer.values.running:  # a layer's own torch.zeros while it runs on the example
+                return fn(*args, **kwargs)
             return tracer.create_proxy("call_function", fn, args, kwargs)
 
         return factory
@@ -118,13 +156,75 @@ def _factories_recorded(tracer: torch.fx.Tracer) -> Iterator[None]:
             setattr(torch, name, fn)
 
 
-def _trace_once(module: torch.nn.Module) -> torch.fx.Graph:
-    tracer = _Tracer()
+# Python values a forward argument may be specialised to: fx then bakes them into the graph, with a check.
+_SPECIALISABLE = (type(None), bool, int, float, str)
+
+
+def _arguments(module: torch.nn.Module, example) -> tuple[dict | None, dict]:
+    """``(inputs, concrete)``: the example value of each traced argument (``None`` without an example), and
+    the arguments baked into the trace: every one given as (or defaulting to) ``None``, a bool, a number or
+    a string. ``targets=None`` is then ``None`` in the trace, where a placeholder would make fx take the
+    ``targets is not None`` branch; ``has_mask=True`` decides its ``if`` instead of refusing it."""
+    parameters = [p for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    given = () if example is None else tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if len(given) > len(parameters):
+        raise PortError(f"{type(module).__name__}.forward takes {len(parameters)} inputs; the example gives "
+                        f"{len(given)}")
+    inputs, concrete = {}, {}
+    for i, parameter in enumerate(parameters):
+        if i < len(given):
+            value = given[i]
+        elif parameter.default is not inspect.Parameter.empty:
+            value = parameter.default
+        else:
+            continue
+        if isinstance(value, _SPECIALISABLE):
+            concrete[parameter.name] = value
+            inputs[f"{parameter.name}_1"] = value  # fx names the placeholder of a baked argument `name_1`
+        else:
+            inputs[parameter.name] = value
+    return (inputs if example is not None else None), concrete
+
+
+# Nodes that only compute a Python value (a size, a comparison): dropped when nothing reads them, as when an
+# `assert` or `if` consumed the value during the trace and a guard node holds the decision.
+_PURE_FUNCTIONS = frozenset({
+    builtins.getattr, builtins.len, operator.getitem, operator.add, operator.sub, operator.mul, operator.truediv,
+    operator.floordiv, operator.mod, operator.neg, operator.not_, operator.eq, operator.ne, operator.lt,
+    operator.le, operator.gt, operator.ge, operator.and_, operator.or_,
+})
+_PURE_METHODS = frozenset({"size", "dim", "numel", "ndimension", "nelement"})
+
+
+def _drop_unused(graph: torch.fx.Graph) -> None:
+    for node in reversed(list(graph.nodes)):
+        pure = (node.op == "call_function" and node.target in _PURE_FUNCTIONS
+                or node.op == "call_method" and node.target in _PURE_METHODS)
+        if pure and not node.users:
+            graph.erase_node(node)
+
+
+def _trace_once(module: torch.nn.Module, mode: bool, example) -> torch.fx.Graph:
+    """One trace of a copy of ``module`` in ``mode``: running it on the example changes only the copy (its
+    buffers, attributes it caches), and torch's generator state is restored afterwards."""
     try:
-        with _factories_recorded(tracer):
-            return tracer.trace(module)
+        copy_ = set_training(copy.deepcopy(module), mode)
+    except Exception as error:  # noqa: BLE001 - a model holding something deepcopy refuses
+        raise PortError(f"cannot port {type(module).__name__}: copy.deepcopy of the model fails "
+                        f"({type(error).__name__}: {error}); the trace runs on a copy. Fallback: {FALLBACK}") from None
+    inputs, concrete = _arguments(copy_, example)
+    tracer = _Tracer(copy_, inputs)
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), _factories_recorded(tracer):
+            graph = tracer.trace(copy_, concrete_args=concrete or None)
     except PortError:
         raise
+    except ExampleFailure as failure:
+        error, where = failure.__cause__, failure.args[0]
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PortError(f"{type(module).__name__} fails on the example input" + (f" at {where}" if where else "")
+                        + f": {type(error).__name__}: {first}") from error
     except Exception as error:  # noqa: BLE001 - every fx failure becomes one error that says what to do
         # The exception's own frames reach into forward, where it failed; the current stack only to the caller.
         where = user_line("".join(traceback.format_exception(error))) or _current_user_line()
@@ -133,6 +233,11 @@ def _trace_once(module: torch.nn.Module) -> torch.fx.Graph:
             f"cannot trace {type(module).__name__} with torch.fx: {type(error).__name__}: {first}"
             + (f" (at {where})" if where else "") + f". Fallback: {FALLBACK}"
         ) from error
+    for node in graph.nodes:
+        if node.op == "placeholder" and node.target.endswith("_1") and node.target[:-2] in concrete:
+            node.meta["specialised"] = (node.target[:-2], concrete[node.target[:-2]])
+    _drop_unused(graph)
+    return graph
 
 
 def set_training(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
@@ -144,21 +249,18 @@ def set_training(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
     return module
 
 
-def trace(module: torch.nn.Module) -> Traces:
-    """Traces ``module`` in train and in eval mode; every submodule's own mode is restored afterwards.
+def trace(module: torch.nn.Module, example=None) -> Traces:
+    """Traces ``module`` in train and in eval mode, each on a copy (the model itself is not changed).
+
+    Args:
+      module: the torch model.
+      example: its example input (a tensor, or a tuple of ``forward``'s positional arguments), or ``None``.
+        With it, sizes, devices and lengths are Python values where the code needs them
+        (:mod:`parity.port.values`); without it, only what fx traces symbolically ports.
 
     Raises:
-      PortError: fx cannot trace the model; the message names the node and the source line.
+      PortError: the model cannot be traced; the message names the node and the source line.
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"parity.port expects a torch.nn.Module, got {type(module).__name__}")
-    modes = {name: m.training for name, m in module.named_modules()}
-    try:
-        set_training(module, True)
-        train_graph = _trace_once(module)
-        set_training(module, False)
-        eval_graph = _trace_once(module)
-    finally:
-        for name, m in module.named_modules():
-            m.training = modes[name]
-    return Traces(train=train_graph, eval=eval_graph)
+    return Traces(train=_trace_once(module, True, example), eval=_trace_once(module, False, example))
