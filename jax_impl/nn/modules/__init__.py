@@ -84,7 +84,13 @@ from jax_impl.nn.modules.pooling import (
     MaxPool3d,
 )
 from jax_impl.nn.modules.sparse import Embedding
-from jax_impl.nn.modules.transformer import TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
+from jax_impl.nn.modules.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
@@ -98,7 +104,7 @@ __all__ = [
     "ModuleList", "NLLLoss", "PReLU", "ReLU", "ReLU6", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss",
     "Softmax", "Softplus", "Softsign", "SyncBatchNorm", "Tanh", "Tanhshrink", "Threshold", "Unflatten",
     "Embedding", "GroupNorm", "LayerNorm", "MultiheadAttention", "RMSNorm",
-    "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
+    "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase",
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
     "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",

@@ -1,10 +1,12 @@
-"""``torch.nn.TransformerEncoderLayer``, ``TransformerEncoder`` and ``TransformerDecoderLayer`` as ``flax.nnx`` modules.
+"""``torch.nn.Transformer`` and its parts (``TransformerEncoderLayer``, ``TransformerDecoderLayer``,
+``TransformerEncoder``, ``TransformerDecoder``) as ``flax.nnx`` modules.
 
 Submodule names equal torch's (``self_attn``, ``linear1``, ``dropout``,
 ``linear2``, ``norm1``, ``norm2``, ``dropout1``, ``dropout2``; the decoder
-layer adds ``multihead_attn``, ``norm3``, ``dropout3``; the encoder holds
-``layers.0 ...`` and ``norm``), so ``state_dict`` keys match, and they are
-built in torch's order, so with ``rngs=None`` the initial weights are torch's.
+layer adds ``multihead_attn``, ``norm3``, ``dropout3``; the encoder and
+decoder hold ``layers.0 ...`` and ``norm``; ``Transformer`` holds ``encoder``
+and ``decoder``), so ``state_dict`` keys match, and they are built in torch's
+order, so with ``rngs=None`` the initial weights are torch's.
 The forward is torch's non-fast path (``_sa_block`` / ``_mha_block`` /
 ``_ff_block``, post-norm or ``norm_first`` pre-norm), with the dropout masks
 drawn in torch's order: attention weights, ``dropout1``, then the
@@ -12,6 +14,11 @@ feed-forward ``dropout``, ``dropout2`` (``dropout3`` in the decoder). torch's
 eval-mode fast path (``_transformer_encoder_layer_fwd``, nested tensors) gives
 the same values in another summation order, except that for padded
 positions it returns zeros where this path returns the computed values.
+torch's decoder has no fast path. In ``Transformer`` the fast path can only
+touch the encoder (``batch_first=True``, eval mode, no gradient): the memory's
+padded positions are then zeros (the final norm's bias after ``encoder.norm``)
+in torch and computed values here; a decoder given the same padding as
+``memory_key_padding_mask`` never reads them, so its output agrees to rounding.
 """
 
 from __future__ import annotations
@@ -19,17 +26,21 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import functional as F
+from jax_impl.nn import init
+from jax_impl.nn.modules._utils import factory_dtype, init_key
 from jax_impl.nn.modules.attention import MultiheadAttention
-from jax_impl.nn.modules.container import ModuleList
+from jax_impl.nn.modules.container import ModuleList, Sequential
 from jax_impl.nn.modules.dropout import Dropout
 from jax_impl.nn.modules.linear import Linear
 from jax_impl.nn.modules.module import Module
 from jax_impl.nn.modules.normalization import LayerNorm
 
-__all__ = ["TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer"]
+__all__ = ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer"]
 
 
 def _activation(activation: str | Callable) -> Callable:
@@ -197,3 +208,178 @@ class TransformerEncoder(Module):
             output = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
                            is_causal=bool(is_causal))
         return output if self.norm is None else self.norm(output)
+
+
+class TransformerDecoder(Module):
+    """``torch.nn.TransformerDecoder``: ``num_layers`` deep copies of ``decoder_layer``, then ``norm``.
+
+    As in torch, every layer starts from ``decoder_layer``'s weights (copies,
+    not fresh draws).
+
+    Args:
+      decoder_layer: the layer to copy.
+      num_layers: number of copies.
+      norm: optional final module (e.g. ``LayerNorm``).
+    """
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None) -> None:
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        """Run the layers in turn on ``tgt``, each attending to ``memory``; every mask goes to every layer.
+
+        ``tgt_is_causal=None`` passes ``False``: torch then tests whether
+        ``tgt_mask`` is the causal mask only to pick a kernel, and an additive
+        causal mask and the causal flag give the same values.
+        """
+        output = tgt
+        for layer in self.layers:
+            output = layer(output, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                           tgt_key_padding_mask=tgt_key_padding_mask,
+                           memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                           memory_is_causal=memory_is_causal)
+        return output if self.norm is None else self.norm(output)
+
+
+# torch's registration order where it differs from attribute-name order (flax keeps a copied module's attributes
+# sorted by name): (own parameters, children). A MultiheadAttention registers its parameters before out_proj.
+_REGISTRATION = {
+    MultiheadAttention: (("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                          "bias_k", "bias_v"), ("out_proj",)),
+    TransformerEncoderLayer: ((), ("self_attn", "linear1", "dropout", "linear2", "norm1", "norm2", "dropout1",
+                                   "dropout2", "activation")),
+    TransformerDecoderLayer: ((), ("self_attn", "multihead_attn", "linear1", "dropout", "linear2", "norm1", "norm2",
+                                   "norm3", "dropout1", "dropout2", "dropout3", "activation")),
+    TransformerEncoder: ((), ("layers", "norm")),
+    TransformerDecoder: ((), ("layers", "norm")),
+}
+
+
+def _parameters_in_torch_order(module: nnx.Module) -> list[nnx.Param]:
+    """``torch.nn.Module.parameters()``: a module's own parameters, then its children's, depth first.
+
+    The transformer classes and ``MultiheadAttention`` follow torch's
+    registration order (``_REGISTRATION``), ``ModuleList`` / ``Sequential``
+    their index order; any other module its attributes in ``vars`` order
+    (assignment order for a module as built, name order once flax has
+    copied it), which is torch's order for layers whose only multi-dimensional
+    parameter is ``weight``. A parameter or module reached twice counts once,
+    as torch's memo does.
+    """
+    seen: set[int] = set()
+    found: list[nnx.Param] = []
+
+    def visit(m) -> None:
+        if not isinstance(m, nnx.Module) or id(m) in seen:
+            return
+        seen.add(id(m))
+        if isinstance(m, (ModuleList, Sequential)):
+            own, children = [], list(m)
+        elif type(m) in _REGISTRATION:
+            names, child_names = _REGISTRATION[type(m)]
+            own = [getattr(m, name, None) for name in names]
+            children = [getattr(m, name, None) for name in child_names]
+        else:
+            own = children = list(vars(m).values())
+        for value in own:
+            if isinstance(value, nnx.Param) and id(value) not in seen:
+                seen.add(id(value))
+                found.append(value)
+        for child in children:
+            visit(child)
+
+    visit(module)
+    return found
+
+
+class Transformer(Module):
+    """``torch.nn.Transformer``: an encoder over ``src`` and a decoder over ``tgt`` attending to its output.
+
+    ``memory = encoder(src)``, ``output = decoder(tgt, memory)``, the
+    encoder a :class:`TransformerEncoder` of ``num_encoder_layers`` copies of
+    a :class:`TransformerEncoderLayer` with a final ``LayerNorm``, the decoder
+    likewise with :class:`TransformerDecoderLayer`. After building both (each
+    default init drawn as torch draws it), ``_reset_parameters`` redraws every
+    parameter of more than one dimension with ``xavier_uniform_``, in
+    torch's ``parameters()`` order: with ``rngs=None``, after the same seed,
+    the state is torch's.
+
+    Args:
+      d_model: model dimension.
+      nhead: attention heads.
+      num_encoder_layers: encoder layers.
+      num_decoder_layers: decoder layers.
+      dim_feedforward: hidden size of the feed-forward blocks.
+      dropout: dropout probability.
+      activation: ``"relu"``, ``"gelu"`` or a callable.
+      custom_encoder: used instead of the default encoder (its parameters are redrawn too, as torch does).
+      custom_decoder: used instead of the default decoder.
+      layer_norm_eps: LayerNorm ``eps``.
+      batch_first: ``(N, S, E)`` instead of ``(S, N, E)``.
+      norm_first: pre-norm layers.
+      bias: biases in the linear layers and LayerNorms.
+      device: only ``None`` / ``"cpu"``.
+      dtype: parameter dtype (default float32).
+      rngs: ``nnx.Rngs`` for init and dropout, or ``None`` for torch's global stream.
+    """
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable = F.relu, custom_encoder: Module | None = None,
+                 custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None,
+                 *, rngs: nnx.Rngs | None = None) -> None:
+        layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                      bias, device, dtype)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            encoder_layer = TransformerEncoderLayer(*layer_args, rngs=rngs)
+            encoder_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+            self.encoder = TransformerEncoder(encoder_layer, num_encoder_layers, encoder_norm)
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            decoder_layer = TransformerDecoderLayer(*layer_args, rngs=rngs)
+            decoder_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+            self.decoder = TransformerDecoder(decoder_layer, num_decoder_layers, decoder_norm)
+        self._reset_parameters(rngs)
+        self.d_model = d_model
+        self.nhead = nhead
+        self.batch_first = batch_first
+
+    def _reset_parameters(self, rngs: nnx.Rngs | None = None) -> None:
+        """torch's ``_reset_parameters``: ``xavier_uniform_`` on every parameter with ``ndim > 1``, in order."""
+        for param in _parameters_in_torch_order(self):
+            value = param[...]
+            if value.ndim > 1:
+                param[...] = init.xavier_uniform_(init_key(rngs), value.shape, value.dtype)
+
+    def __call__(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                 tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal: bool | None = None,
+                 tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        """``src`` ``(S, N, E)``, ``tgt`` ``(T, N, E)`` (``(N, S, E)`` / ``(N, T, E)`` batch-first,
+        ``(S, E)`` / ``(T, E)`` unbatched); masks as :class:`MultiheadAttention`'s. Returns ``(T, N, E)``."""
+        batched = src.ndim == 3
+        batch_axis = 0 if self.batch_first else 1
+        if batched and src.shape[batch_axis] != tgt.shape[batch_axis]:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+        """torch's causal mask: ``triu(full((sz, sz), -inf), diagonal=1)``, ``-inf`` above the diagonal, 0 elsewhere.
+
+        ``dtype`` defaults to float32 (torch's default dtype); ``device`` only ``None`` / ``"cpu"``.
+        """
+        dtype = factory_dtype(device, dtype)
+        return jnp.triu(jnp.full((sz, sz), -jnp.inf, dtype), k=1)
