@@ -6,7 +6,14 @@ torch's order, and are initialised as torch's ``reset_parameters``: every parame
 ``U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))`` in that order, so with ``rngs=None`` the weights are torch's
 numbers after the same seed. The arithmetic is torch's CPU cells' (:mod:`jax_impl.nn._functional_rnn`), one
 ``jax.lax.scan`` per layer and direction; between layers, in training, dropout with torch's masks on each
-layer's time-first output. Packed sequences (``nn.utils.rnn.PackedSequence``) raise ``NotImplementedError``.
+layer's time-first output.
+
+A :class:`~jax_impl.nn.utils.rnn.PackedSequence` input runs as torch's packed kernels: each layer's input
+projection over the packed rows, then a scan over the padded layout that leaves a sequence's state unchanged
+past its length, so ``h_n`` (``c_n``) holds each sequence's state after its last element and the reverse
+direction starts at each sequence's own last element; between layers, dropout on the packed rows (torch's
+masks). The output is a ``PackedSequence`` with the input's ``batch_sizes`` and permutations; ``hx`` and the
+returned states are in the caller's batch order (``sorted_indices`` / ``unsorted_indices`` applied).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from jax_impl.nn import functional as F
 from jax_impl.nn import init
 from jax_impl.nn.modules._utils import factory_dtype, init_key
 from jax_impl.nn.modules.module import Module
+from jax_impl.nn.utils.rnn import PackedSequence
 
 __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase"]
 
@@ -40,10 +48,15 @@ def _uniform_parameters(module: Module, names: list[str], shapes: list[tuple[int
         setattr(module, name, nnx.Param(init.uniform_(init_key(rngs), shape, dtype, -stdv, stdv)))
 
 
-def _refuse_packed(input: Any) -> None:
-    if type(input).__name__ == "PackedSequence":
-        raise NotImplementedError("nn.utils.rnn.PackedSequence inputs are not supported by jax_impl's recurrent "
-                                  "layers; pad the batch and mask the outputs instead")
+def _select_batch(h: jax.Array, indices: Any) -> jax.Array:
+    """torch's ``index_select(1, indices)`` of a hidden state (its errors for a bad index or rank)."""
+    if h.ndim < 2:
+        n = max(h.ndim, 1)
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got 1)")
+    bad = [int(i) for i in indices if not 0 <= i < h.shape[1]]
+    if bad:
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad[0]} axis_dim={h.shape[1]}")
+    return jnp.take(h, indices, axis=1)
 
 
 class RNNBase(Module):
@@ -111,8 +124,9 @@ class RNNBase(Module):
                                                          (None, None))]
         return weights + ([get("weight_hr")] if self.proj_size > 0 else [])
 
-    def _run(self, input: jax.Array, hx: Any) -> tuple[jax.Array, Any]:
-        """The stacked layers over a time-first, batched input; ``hx`` per layer-direction (an LSTM's ``(h, c)``)."""
+    def _run(self, input: jax.Array, hx: Any, layout: R.PackedLayout | None = None) -> tuple[jax.Array, Any]:
+        """The stacked layers over a time-first, batched input (with ``layout``: packed rows ``(total, H_in)``);
+        ``hx`` per layer-direction (an LSTM's ``(h, c)``)."""
         cell = _CELLS[self.mode]
         directions = 2 if self.bidirectional else 1
         x, finals = input, []
@@ -121,7 +135,11 @@ class RNNBase(Module):
             for direction in range(directions):
                 index = layer * directions + direction
                 state = (hx[0][index], hx[1][index]) if self.mode == "LSTM" else hx[index]
-                out, final = R.recurrent_layer(cell, x, state, self._weights(layer, direction), reverse=direction == 1)
+                weights, reverse = self._weights(layer, direction), direction == 1
+                if layout is None:
+                    out, final = R.recurrent_layer(cell, x, state, weights, reverse=reverse)
+                else:
+                    out, final = R.packed_recurrent_layer(cell, x, layout, state, weights, reverse=reverse)
                 outputs.append(out)
                 finals.append(final)
             x = outputs[0] if directions == 1 else jnp.concatenate(outputs, axis=-1)
@@ -131,8 +149,41 @@ class RNNBase(Module):
             return x, (jnp.stack([f[0] for f in finals]), jnp.stack([f[1] for f in finals]))
         return x, jnp.stack(finals)
 
+    def _hidden_shapes(self, batch: int) -> list[tuple[int, int, int]]:
+        layers = self.num_layers * (2 if self.bidirectional else 1)
+        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        shapes = [(layers, batch, real_hidden)]
+        return shapes + [(layers, batch, self.hidden_size)] if self.mode == "LSTM" else shapes
+
+    def _forward_packed(self, input: PackedSequence, hx: Any) -> tuple[PackedSequence, Any]:
+        """torch's packed forward: ``hx`` permuted by ``sorted_indices``, the states back by ``unsorted_indices``."""
+        data = jnp.asarray(input.data)
+        if data.ndim != 2:
+            raise RuntimeError(f"input must have 2 dimensions, got {data.ndim}")
+        if data.shape[-1] != self.input_size:
+            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+                               f"got {data.shape[-1]}")
+        layout = R.packed_layout(input.batch_sizes)
+        shapes = self._hidden_shapes(layout.mask.shape[1])
+        if hx is None:
+            states = [jnp.zeros(shape, data.dtype) for shape in shapes]
+        else:
+            states = [jnp.asarray(h) for h in (hx if self.mode == "LSTM" else (hx,))]
+            if input.sorted_indices is not None:  # permuted before the check, as torch does
+                states = [_select_batch(h, input.sorted_indices) for h in states]
+            for k, (h, shape) in enumerate(zip(states, shapes, strict=True)):
+                if h.shape != shape:
+                    what = f"hidden[{k}] size" if self.mode == "LSTM" else "hidden size"
+                    raise RuntimeError(f"Expected {what} {shape}, got {list(h.shape)}")
+        output, h_n = self._run(data, tuple(states) if self.mode == "LSTM" else states[0], layout)
+        if input.unsorted_indices is not None:
+            h_n = (tuple(jnp.take(h, input.unsorted_indices, axis=1) for h in h_n) if self.mode == "LSTM"
+                   else jnp.take(h_n, input.unsorted_indices, axis=1))
+        return PackedSequence._make((output, input.batch_sizes, input.sorted_indices, input.unsorted_indices)), h_n
+
     def __call__(self, input, hx=None):
-        _refuse_packed(input)
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         input = jnp.asarray(input)
         if input.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D instead")
@@ -162,7 +213,9 @@ class RNN(RNNBase):
     """``torch.nn.RNN``: ``h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` (``nonlinearity='relu'``: relu).
 
     Returns ``(output, h_n)``: ``output`` ``(L, N, D * H)`` (``batch_first``: ``(N, L, D * H)``), ``h_n``
-    ``(D * num_layers, N, H)``; unbatched ``(L, H_in)`` inputs give unbatched results.
+    ``(D * num_layers, N, H)``; unbatched ``(L, H_in)`` inputs give unbatched results. A
+    :class:`~jax_impl.nn.utils.rnn.PackedSequence` input gives a ``PackedSequence`` output and each sequence's
+    state after its last element in ``h_n``.
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
