@@ -60,6 +60,15 @@ from jax_impl.nn._functional_loss import (  # noqa: F401
     smooth_l1_loss,
     softmax,
 )
+from jax_impl.nn._functional_margin_loss import (  # noqa: F401
+    cosine_embedding_loss,
+    hinge_embedding_loss,
+    margin_ranking_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    soft_margin_loss,
+)
 from jax_impl.nn._functional_norm import batch_norm  # noqa: F401
 from jax_impl.nn._functional_normalization import group_norm, layer_norm, rms_norm  # noqa: F401
 from jax_impl.nn._functional_sparse import embedding  # noqa: F401

@@ -40,13 +40,20 @@ from jax_impl.nn.modules.linear import Identity, Linear
 from jax_impl.nn.modules.loss import (
     BCELoss,
     BCEWithLogitsLoss,
+    CosineEmbeddingLoss,
     CrossEntropyLoss,
+    HingeEmbeddingLoss,
     HuberLoss,
     KLDivLoss,
     L1Loss,
+    MarginRankingLoss,
     MSELoss,
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
     NLLLoss,
     SmoothL1Loss,
+    SoftMarginLoss,
 )
 from jax_impl.nn.modules.module import Buffer, Module
 from jax_impl.nn.modules.normalization import GroupNorm, LayerNorm, RMSNorm
@@ -111,4 +118,6 @@ __all__ = [
     "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
     "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
     "GLU", "Hardshrink", "Softmax2d", "Softmin", "Softshrink",
+    "CosineEmbeddingLoss", "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss", "MultiMarginLoss", "SoftMarginLoss",
 ]

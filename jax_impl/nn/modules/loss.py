@@ -2,7 +2,8 @@
 
 Each class takes torch's constructor arguments (deprecated ``size_average`` /
 ``reduce`` included, resolved once at construction like torch's ``_Loss``)
-and calls the matching function of :mod:`jax_impl.nn._functional_loss`.
+and calls the matching function of :mod:`jax_impl.nn._functional_loss`
+(:mod:`jax_impl.nn._functional_margin_loss` for the margin losses).
 ``weight`` and ``pos_weight`` are :class:`Buffer` variables, so
 ``nnx.state(module, Buffer)`` holds torch's ``state_dict`` keys (``weight``,
 ``pos_weight``), absent when ``None`` as in torch.
@@ -14,19 +15,27 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.nn import _functional_loss as F
+from jax_impl.nn import _functional_margin_loss as MF
 from jax_impl.nn.modules.module import Buffer, Module
 
 __all__ = [
     "BCELoss",
     "BCEWithLogitsLoss",
     "Buffer",
+    "CosineEmbeddingLoss",
     "CrossEntropyLoss",
+    "HingeEmbeddingLoss",
     "HuberLoss",
     "KLDivLoss",
     "L1Loss",
     "MSELoss",
+    "MarginRankingLoss",
+    "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
     "NLLLoss",
     "SmoothL1Loss",
+    "SoftMarginLoss",
 ]
 
 
@@ -184,3 +193,91 @@ class KLDivLoss(_Loss):
 
     def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+class CosineEmbeddingLoss(_Loss):
+    """Cosine embedding loss; see :func:`jax_impl.nn._functional_margin_loss.cosine_embedding_loss`."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def __call__(self, input1: jax.Array, input2: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.cosine_embedding_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
+
+
+class HingeEmbeddingLoss(_Loss):
+    """Hinge embedding loss; see :func:`jax_impl.nn._functional_margin_loss.hinge_embedding_loss`."""
+
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.hinge_embedding_loss(input, target, margin=self.margin, reduction=self.reduction)
+
+
+class MarginRankingLoss(_Loss):
+    """``max(-y (x1 - x2) + margin, 0)``; see :func:`jax_impl.nn._functional_margin_loss.margin_ranking_loss`."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def __call__(self, input1: jax.Array, input2: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.margin_ranking_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
+
+
+class MultiLabelMarginLoss(_Loss):
+    """Multilabel hinge loss; see :func:`jax_impl.nn._functional_margin_loss.multilabel_margin_loss`."""
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class MultiLabelSoftMarginLoss(_WeightedLoss):
+    """Multilabel soft margin loss; see :func:`jax_impl.nn._functional_margin_loss.multilabel_soft_margin_loss`.
+
+    ``weight`` (optional, broadcastable) is the buffer ``weight``.
+    """
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.multilabel_soft_margin_loss(input, target, weight=_value(self.weight), reduction=self.reduction)
+
+
+class MultiMarginLoss(_WeightedLoss):
+    """Multi-class hinge loss; see :func:`jax_impl.nn._functional_margin_loss.multi_margin_loss`.
+
+    Args:
+        p: 1 or 2 (ValueError otherwise, as in torch).
+        margin: The margin.
+        weight: Optional 1-D per-class weight ``(C,)``, stored as buffer ``weight``.
+        size_average: Deprecated.
+        reduce: Deprecated.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+    """
+
+    def __init__(
+        self, p: int = 1, margin: float = 1.0, weight=None, size_average=None, reduce=None, reduction: str = "mean"
+    ) -> None:
+        super().__init__(weight, size_average, reduce, reduction)
+        if p != 1 and p != 2:
+            raise ValueError("only p == 1 and p == 2 supported")
+        if weight is not None and jnp.ndim(weight) != 1:
+            raise ValueError(
+                f"MultiMarginLoss: expected weight to be None or 1D tensor, got {jnp.ndim(weight)}D instead"
+            )
+        self.p = p
+        self.margin = margin
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.multi_margin_loss(
+            input, target, p=self.p, margin=self.margin, weight=_value(self.weight), reduction=self.reduction
+        )
+
+
+class SoftMarginLoss(_Loss):
+    """``log1p(exp(-y x))``; see :func:`jax_impl.nn._functional_margin_loss.soft_margin_loss`."""
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        return MF.soft_margin_loss(input, target, reduction=self.reduction)
