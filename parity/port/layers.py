@@ -11,7 +11,8 @@ equal to the default are left out, so the source reads as a person writes it.
 ``MultiheadAttention`` and the transformer layers keep some arguments only
 inside their submodules (``d_model`` as ``self_attn.embed_dim``, ``bias`` as
 ``in_proj_bias``, ``encoder_layer`` as ``layers[0]``); a reader per class
-recovers those.
+recovers those (``nn.Transformer``'s from the first layers of its encoder and
+decoder).
 """
 
 from __future__ import annotations
@@ -85,18 +86,63 @@ def _transformer_layer_arguments(module: torch.nn.Module, path: str) -> dict:
     }
 
 
-def _transformer_encoder_arguments(module: torch.nn.Module, path: str) -> dict:
-    # torch deep-copies encoder_layer num_layers times; the copies' weights come from the state dict.
+def _transformer_stack_arguments(module: torch.nn.Module, path: str) -> dict:
+    # torch deep-copies encoder_layer / decoder_layer num_layers times; the copies' weights come from the state dict.
+    layer = "encoder_layer" if isinstance(module, torch.nn.TransformerEncoder) else "decoder_layer"
     norm = module.norm
-    return {"encoder_layer": _Source(layer_source(module.layers[0], f"{path}.layers.0")),
+    return {layer: _Source(layer_source(module.layers[0], f"{path}.layers.0")),
             "norm": None if norm is None else _Source(layer_source(norm, f"{path}.norm"))}
+
+
+def _built_stack_arguments(stack: torch.nn.Module, part: str, path: str) -> dict | None:
+    """``nn.Transformer``'s arguments that build ``stack`` (its ``encoder`` or ``decoder``), or ``None`` when
+    ``stack`` is not what ``Transformer`` builds from its arguments (it then ports as ``custom_encoder`` /
+    ``custom_decoder``)."""
+    stack_cls, layer_cls = ((torch.nn.TransformerEncoder, torch.nn.TransformerEncoderLayer) if part == "encoder"
+                            else (torch.nn.TransformerDecoder, torch.nn.TransformerDecoderLayer))
+    layers, norm = getattr(stack, "layers", ()), getattr(stack, "norm", None)
+    if type(stack) is not stack_cls or not layers or any(type(layer) is not layer_cls for layer in layers):
+        return None
+    first = layers[0]
+    d_model, bias = first.self_attn.embed_dim, first.linear1.bias is not None
+    if not (type(norm) is torch.nn.LayerNorm and tuple(norm.normalized_shape) == (d_model,)
+            and norm.eps == first.norm1.eps and norm.elementwise_affine and (norm.bias is not None) == bias):
+        return None
+    if part == "encoder" and not (stack.enable_nested_tensor and stack.mask_check):
+        return None
+    arguments = _transformer_layer_arguments(first, f"{path}.{part}.layers.0")
+    arguments["norm_first"] = first.norm_first
+    return arguments
+
+
+def _transformer_arguments(module: torch.nn.Module, path: str) -> dict:
+    # torch keeps d_model, nhead and batch_first; the layers' arguments live in the encoder's and decoder's layers.
+    # A part Transformer would not build from the arguments the other part shows is passed as custom_*.
+    encoder, decoder = (_built_stack_arguments(module.encoder, "encoder", path),
+                        _built_stack_arguments(module.decoder, "decoder", path))
+    if encoder is not None and decoder is not None and encoder != decoder:
+        decoder = None
+    arguments = dict(encoder or decoder or {})
+    if arguments.get("activation") == "relu":
+        del arguments["activation"]  # Transformer's default F.relu
+    if encoder is not None:
+        arguments["num_encoder_layers"] = len(module.encoder.layers)
+    else:
+        arguments["custom_encoder"] = _Source(layer_source(module.encoder, f"{path}.encoder"))
+    if decoder is not None:
+        arguments["num_decoder_layers"] = len(module.decoder.layers)
+    else:
+        arguments["custom_decoder"] = _Source(layer_source(module.decoder, f"{path}.decoder"))
+    return arguments
 
 
 _ARGUMENT_READERS = {
     "MultiheadAttention": _attention_arguments,
     "TransformerEncoderLayer": _transformer_layer_arguments,
     "TransformerDecoderLayer": _transformer_layer_arguments,
-    "TransformerEncoder": _transformer_encoder_arguments,
+    "TransformerEncoder": _transformer_stack_arguments,
+    "TransformerDecoder": _transformer_stack_arguments,
+    "Transformer": _transformer_arguments,
 }
 
 
