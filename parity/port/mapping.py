@@ -7,8 +7,13 @@ variables, with torch's semantics:
   (same names, arguments and defaults), for every function both have;
 - tensor methods and their ``torch.<name>`` twins (``view``, ``reshape``,
   ``flatten``, ``permute``, ``transpose``, ``size``, ``mean``, ``sum``,
-  ``chunk``, ``split``, ``squeeze``, ``unsqueeze``, ``softmax``, ...) ->
-  ``jnp`` calls or the :mod:`parity.port.tensor_ops` helpers;
+  ``chunk``, ``split``, ``squeeze``, ``unsqueeze``, ``softmax``, ``max``,
+  ``topk``, ``sort``, ``gather``, ``scatter``, ``norm``, ``einsum``,
+  ``var``, ``cumsum``, ``repeat``, casts, ...) -> ``jnp`` calls or the
+  :mod:`parity.port.tensor_ops` helpers, which carry torch's gradient where
+  it differs from the autodiff of the forward (norms at zero, ``abs`` at 0,
+  ``clamp`` at its bounds); ``.values`` / ``.indices`` of a
+  ``(values, indices)`` result -> its items;
 - Python operators (``+``, ``@``, indexing, ``+=``) -> the same operators on
   jax arrays; ``x.shape`` / ``x.ndim`` / ``x.T`` -> the same attributes.
 
@@ -26,6 +31,7 @@ import torch.nn.functional as TF
 
 from jax_impl.nn import functional as JF
 from parity.port.render import Renderer
+from parity.port.tensor_ops import HELPERS
 
 __all__ = ["render_call_function", "render_call_method"]
 
@@ -167,6 +173,10 @@ def _jnp_unary(name):
     return render
 
 
+def _abs(r, x):
+    return f"{r.helper('torch_abs')}({r(x)})"  # torch's gradient at 0 (jnp.abs's is 1 there)
+
+
 def _binary(symbol):
     def render(r, x, other):
         return f"{r(x)} {symbol} {r(other)}"
@@ -258,15 +268,12 @@ def _masked_fill(r, x, mask, value):
 
 
 def _clamp(r, x, min=None, max=None):  # noqa: A002 - torch's names
-    """``clamp(min, max)``: ``min(max(x, min), max)`` as torch (``min > max`` gives ``max``)."""
+    """``clamp(min, max)``: ``min(max(x, min), max)`` as torch (``min > max`` gives ``max``), NaN kept, and the
+    gradient passing at ``x == min`` / ``x == max`` as torch's subgradient 1 (``torch_clamp``)."""
     if min is None and max is None:
-        raise r.fail("clamp needs min or max")
-    out = r(x)
-    if min is not None:
-        out = f"jnp.maximum({out}, {r(min)})"
-    if max is not None:
-        out = f"jnp.minimum({out}, {r(max)})"
-    return out
+        raise r.fail("torch.clamp: At least one of 'min' or 'max' must not be None")
+    return f"{r.helper('torch_clamp')}({r(x)}" + (f", {r(min)}" if min is not None else "") + (
+        f", max={r(max)})" if max is not None else ")")
 
 
 def _like(jnp_name, fill=None):
@@ -341,7 +348,7 @@ _METHODS = {
     "amax": _reduction("max"), "amin": _reduction("min"), "squeeze": _squeeze, "unsqueeze": _unsqueeze,
     "relu": _functional("relu"), "sigmoid": _functional("sigmoid"), "tanh": _functional("tanh"),
     "softmax": _functional("softmax"), "log_softmax": _functional("log_softmax"),
-    "exp": _jnp_unary("exp"), "log": _jnp_unary("log"), "sqrt": _jnp_unary("sqrt"), "abs": _jnp_unary("abs"),
+    "exp": _jnp_unary("exp"), "log": _jnp_unary("log"), "sqrt": _jnp_unary("sqrt"), "abs": _abs,
     "neg": _jnp_unary("negative"), "add": _add, "sub": _sub, "mul": _binary("*"), "div": _div,
     "pow": _binary("**"), "matmul": _matmul, "float": _astype("jnp.float32"), "double": _astype("jnp.float64"),
     "to": _to, "masked_fill": _masked_fill, "clamp": _clamp, "clip": _clamp,
@@ -369,6 +376,373 @@ _FUNCTIONS.update({
     torch.max_pool2d: _functional("max_pool2d"), torch.max_pool3d: _functional("max_pool3d"),
     torch.avg_pool1d: _functional("avg_pool1d"), torch.adaptive_avg_pool1d: _functional("adaptive_avg_pool1d"),
 })
+
+
+# ---- Tensor operations of ordinary model code, with torch's signatures (methods and torch.<name>) ----
+
+# Tensor methods that return torch's (values, indices) named tuple; the twin returns a plain pair, so
+# `.values` / `.indices` read its items.
+_VALUES_INDICES_METHODS = {"topk", "sort", "max", "min"}
+_VALUES_INDICES_FUNCTIONS = {torch.topk, torch.sort, torch.max, torch.min}
+
+
+def _returns_values_indices(node) -> bool:
+    if not isinstance(node, torch.fx.Node):
+        return False
+    if node.op == "call_method":
+        return node.target in _VALUES_INDICES_METHODS
+    return node.op == "call_function" and node.target in _VALUES_INDICES_FUNCTIONS
+
+
+def _sizes(args) -> tuple:
+    """``x.repeat(2, 1)`` / ``x.repeat((2, 1))`` / ``x.flip(0, 1)``: the sizes or dims as one tuple."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def _helper_call(r, name: str, args, kwargs) -> str:
+    """``name(args)`` for a :mod:`parity.port.tensor_ops` helper whose signature is torch's; keyword arguments
+    that are ``None`` are left out (an ``out=None`` binds to no helper, an ``out=`` tensor fails to bind)."""
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    return _bound_call(r, r.helper(name), HELPERS[name], args, kwargs)
+
+
+def _keywords(r, **options) -> str:
+    """``, key=value`` for each option that is not ``None``."""
+    return "".join(f", {k}={r(v)}" for k, v in options.items() if v is not None)
+
+
+def _flip(r, x, *dims):
+    return f"jnp.flip({r(x)}, axis={r(_sizes(dims))})"
+
+
+def _roll(r, x, shifts, dims=None):
+    return f"jnp.roll({r(x)}, {r(_axis(shifts))}{_keywords(r, axis=_axis(dims))})"
+
+
+def _repeat(r, x, *sizes):
+    """``x.repeat(*sizes)``: torch's repeat is numpy's tile (``len(sizes) >= x.ndim``)."""
+    return f"jnp.tile({r(x)}, {r(_sizes(sizes))})"
+
+
+def _repeat_interleave(r, x, repeats=None, dim=None, *, output_size=None):
+    if repeats is None:
+        raise r.fail("torch.repeat_interleave(repeats) (indices repeated, a data-dependent length) is not mapped")
+    if isinstance(repeats, int):
+        return f"jnp.repeat({r(x)}, {r(repeats)}{_keywords(r, axis=dim)})"
+    return _helper_call(r, "torch_repeat_interleave", (x, repeats, dim), {"output_size": output_size})
+
+
+def _unbind(r, x, dim=0):
+    return f"jnp.unstack({r(x)}{_keywords(r, axis=dim or None)})"
+
+
+def _gather(r, x, dim, index, *, sparse_grad=False):
+    if sparse_grad:
+        raise r.fail("gather with sparse_grad=True is not mapped")
+    return _helper_call(r, "torch_gather", (x, dim, index), {})
+
+
+def _scatter(r, x, dim, index, src=None, *, value=None, reduce=None):
+    if (src is None) == (value is None):
+        raise r.fail("scatter takes one of src (a tensor) or value (a number)")
+    return _helper_call(r, "torch_scatter", (x, dim, index, value if src is None else src), {"reduce": reduce})
+
+
+def _scatter_add(r, x, dim, index, src):
+    return _helper_call(r, "torch_scatter", (x, dim, index, src), {"reduce": "add"})
+
+
+def _index_select(r, x, dim, index):
+    """``x.index_select(dim, index)``: ``index`` is 1-D or 0-D (then a dim of size 1)."""
+    return f"jnp.take({r(x)}, jnp.ravel({r(index)}), axis={r(dim)})"
+
+
+def _topk(r, x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's names
+    return _helper_call(r, "torch_topk", (x, k), {"dim": dim, "largest": largest, "sorted": sorted})
+
+
+def _sort(r, x, dim=-1, descending=False, *, stable=False):
+    return _helper_call(r, "torch_sort", (x,), {"dim": dim, "descending": descending, "stable": stable})
+
+
+def _argsort(r, x, dim=-1, descending=False, *, stable=False):
+    """``argsort``: the stable order (torch's with ``stable=True``; ties may differ from its unstable kernel)."""
+    return f"jnp.argsort({r(x)}, axis={r(dim)}{', descending=True' if descending else ''}, stable=True)"
+
+
+def _arg_extremum(jnp_name):
+    def render(r, x, dim=None, keepdim=False):
+        return f"jnp.{jnp_name}({r(x)}{_keywords(r, axis=dim, keepdims=keepdim or None)})"
+
+    return render
+
+
+def _max_min(largest: bool):
+    """``max``/``min``: of all elements, ``(values, indices)`` along ``dim``, or elementwise with ``other``."""
+    name = "max" if largest else "min"
+
+    def render(r, x, *args, dim=None, keepdim=False, other=None, out=None):
+        if out is not None:
+            raise r.fail(f"{name} with out= is not mapped")
+        if other is not None or (len(args) == 1 and isinstance(args[0], torch.fx.Node) and dim is None):
+            return f"jnp.{name}imum({r(x)}, {r(args[0] if other is None else other)})"
+        if len(args) > 2 or (args and dim is not None):
+            raise r.fail(f"{name} takes dim and keepdim once")
+        dim = args[0] if args else dim
+        keepdim = args[1] if len(args) > 1 else keepdim
+        if dim is None:
+            return f"jnp.{name}({r(x)})"
+        options = {"keepdim": keepdim} if largest else {"keepdim": keepdim, "largest": False}
+        return _helper_call(r, "torch_max_dim", (x, dim), options)
+
+    return render
+
+
+def _cumulative(product: bool):
+    def render(r, x, dim, *, dtype=None, out=None):
+        if out is not None:
+            raise r.fail("cumsum/cumprod with out= is not mapped")
+        return _helper_call(r, "torch_cumulative", (x, dim), {"dtype": dtype, "product": product})
+
+    return render
+
+
+def _variance(root: bool):
+    """``var`` / ``std`` with torch's overloads: ``(dim, *, correction, keepdim)``,
+    ``(dim, unbiased, keepdim)`` and ``(unbiased)``."""
+    def render(r, x, *args, dim=None, unbiased=None, keepdim=False, correction=None, out=None):
+        if out is not None:
+            raise r.fail("var/std with out= is not mapped")
+        if args and isinstance(args[0], bool):
+            unbiased, args = args[0], args[1:]
+            if args:
+                raise r.fail("var(unbiased) takes no more arguments")
+        elif args:
+            dim, args = args[0], args[1:]
+            unbiased = args[0] if args else unbiased
+            keepdim = args[1] if len(args) > 1 else keepdim
+        if unbiased is not None and correction is not None:
+            raise r.fail("var/std takes unbiased or correction, not both")
+        if unbiased is not None:
+            correction = int(unbiased)
+        text = _helper_call(r, "torch_var", (x,), {"dim": dim, "correction": correction, "keepdim": keepdim})
+        return f"jnp.sqrt({text})" if root else text
+
+    return render
+
+
+def _logsumexp(r, x, dim, keepdim=False, *, out=None):
+    return _helper_call(r, "torch_logsumexp", (x, dim), {"keepdim": keepdim, "out": out})
+
+
+def _vector_norm(r, x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002 - torch's names
+    return _helper_call(r, "torch_vector_norm", (x,), {"ord": ord, "dim": dim, "keepdim": keepdim, "dtype": dtype,
+                                                       "out": out})
+
+
+_SVD_NORMS = ("nuc", 2, -2)
+
+
+def _matrix_norm(r, x, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    if ord in _SVD_NORMS:
+        raise r.fail(f"the matrix norm ord={ord!r} (singular values: an SVD) is not mapped")
+    if ord == "fro":
+        return _vector_norm(r, x, 2, dim, keepdim, dtype=dtype, out=out)
+    return _helper_call(r, "torch_matrix_norm", (x, ord), {"dim": dim, "keepdim": keepdim, "dtype": dtype,
+                                                           "out": out})
+
+
+def _linalg_norm(r, x, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):  # noqa: A002
+    if ord in _SVD_NORMS and (isinstance(ord, str) or (dim is not None and len(_sizes((dim,))) == 2)):
+        raise r.fail(f"the matrix norm ord={ord!r} (singular values: an SVD) is not mapped")
+    r.helper("torch_vector_norm")
+    r.helper("torch_matrix_norm")
+    return _helper_call(r, "torch_linalg_norm", (x,), {"ord": ord, "dim": dim, "keepdim": keepdim, "dtype": dtype,
+                                                       "out": out})
+
+
+def _norm(r, x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    """``torch.norm`` as torch/functional.py dispatches it: ``'fro'`` over at most two dims and any number
+    ``p`` are vector norms (``p=None`` is 2), ``'nuc'`` a matrix norm."""
+    if isinstance(p, str):
+        if p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2):
+            return _vector_norm(r, x, 2, dim, keepdim, dtype=dtype, out=out)
+        return _matrix_norm(r, x, p, (0, 1) if dim is None else dim, keepdim, dtype=dtype, out=out)
+    return _vector_norm(r, x, 2 if p is None else p, dim, keepdim, dtype=dtype, out=out)
+
+
+def _tensor_norm(r, x, p="fro", dim=None, keepdim=False, dtype=None):
+    return _norm(r, x, p, dim, keepdim, dtype=dtype)
+
+
+def _einsum(r, *args):
+    """``torch.einsum(equation, *operands)``, operands as arguments or one list; the sublist form as jnp's."""
+    if args and isinstance(args[0], str) and len(args) == 2 and isinstance(args[1], (list, tuple)):
+        args = (args[0], *args[1])
+    return f"jnp.einsum({', '.join(r(a) for a in args)})"
+
+
+def _add_product(r, input, a, b, *, beta=1, alpha=1, out=None):  # noqa: A002 - torch's names
+    """``addmm`` / ``baddbmm``: ``beta * input + alpha * (a @ b)``; ``beta=0`` ignores ``input`` (its NaN too)."""
+    if out is not None:
+        raise r.fail("addmm/baddbmm with out= is not mapped")
+    product = f"jnp.matmul({r(a)}, {r(b)})"
+    if alpha != 1:
+        product = f"{r(alpha)} * {product}"
+    if isinstance(beta, (int, float)) and beta == 0:
+        return product
+    return f"{r(input) if beta == 1 else f'{r(beta)} * {r(input)}'} + {product}"
+
+
+def _outer(r, x, vec2):
+    return f"jnp.outer({r(x)}, {r(vec2)})"
+
+
+def _diag(r, x, diagonal=0):
+    return f"jnp.diag({r(x)}{_keywords(r, k=diagonal or None)})"
+
+
+def _diagonal(r, x, offset=0, dim1=0, dim2=1):
+    return f"jnp.diagonal({r(x)}, {r(offset)}, {r(dim1)}, {r(dim2)})"
+
+
+def _clamp_min(r, x, min):  # noqa: A002 - torch's names
+    return f"{r.helper('torch_clamp')}({r(x)}, {r(min)})"
+
+
+def _clamp_max(r, x, max):  # noqa: A002 - torch's names
+    return f"{r.helper('torch_clamp')}({r(x)}, max={r(max)})"
+
+
+def _binary_function(jnp_name):
+    def render(r, x, other):
+        return f"jnp.{jnp_name}({r(x)}, {r(other)})"
+
+    return render
+
+
+def _unary(template: str):
+    def render(r, x):
+        return template.format(r(x))
+
+    return render
+
+
+def _dtype_cast(dtype: torch.dtype):
+    def render(r, x, memory_format=None):
+        return f"{r(x)}.astype({r(dtype)})"
+
+    return render
+
+
+_TYPE_NAMES = {
+    f"torch.{name}Tensor": dtype for name, dtype in (
+        ("Float", torch.float32), ("Double", torch.float64), ("Half", torch.float16), ("BFloat16", torch.bfloat16),
+        ("Long", torch.int64), ("Int", torch.int32), ("Short", torch.int16), ("Char", torch.int8),
+        ("Byte", torch.uint8), ("Bool", torch.bool))
+}
+
+
+def _type(r, x, dtype=None, non_blocking=False):
+    if isinstance(dtype, str) and dtype in _TYPE_NAMES:
+        dtype = _TYPE_NAMES[dtype]
+    if _is_dtype_node(dtype):
+        return f"{r(x)}.astype({r(dtype)})"
+    if not isinstance(dtype, torch.dtype):
+        raise r.fail("only x.type(dtype) and x.type('torch.<Name>Tensor') are mapped (x.type() is a string)")
+    return f"{r(x)}.astype({r(dtype)})"
+
+
+def _is_dtype_node(value) -> bool:
+    """``y.dtype`` read in ``forward`` (a graph node)."""
+    return (isinstance(value, torch.fx.Node) and value.op == "call_function" and value.target is builtins.getattr
+            and value.args[1:] == ("dtype",))
+
+
+def _type_as(r, x, other):
+    return f"{r(x)}.astype({r(other)}.dtype)"
+
+
+def _as_shape(jnp_name):
+    def render(r, x, other):
+        return f"jnp.{jnp_name}({r(x)}, {r(other)}.shape)"
+
+    return render
+
+
+def _new_filled(jnp_name: str, full: bool = False):
+    """``x.new_zeros(*size)`` / ``new_ones`` / ``new_empty`` (zeros) / ``new_full(size, fill_value)``: ``x``'s
+    dtype unless ``dtype=``."""
+    def render(r, x, *args, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+        size, fill = (args[:-1], f", {r(args[-1])}") if full else (args, "")
+        dtype_text = f"{r(x)}.dtype" if dtype is None else r(dtype)
+        return f"jnp.{jnp_name}({r(_sizes(size))}{fill}, dtype={dtype_text})"
+
+    return render
+
+
+def _new_tensor(r, x, data, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    if isinstance(data, torch.fx.Node):
+        raise r.fail("x.new_tensor(tensor) (a detached copy) is not mapped; use tensor.clone().detach()")
+    return f"jnp.asarray({r(data)}, dtype={r(x) + '.dtype' if dtype is None else r(dtype)})"
+
+
+def _copy(r, x, src, non_blocking=False):
+    """``x.copy_(src)``: ``src`` in ``x``'s dtype, broadcast to ``x``'s shape (the gradient goes to ``src``)."""
+    return f"jnp.broadcast_to(jnp.asarray({r(src)}, {r(x)}.dtype), {r(x)}.shape)"
+
+
+def _fill(r, x, value):
+    return f"jnp.full_like({r(x)}, {r(value)})"
+
+
+def _zero(r, x):
+    return f"jnp.zeros_like({r(x)})"
+
+
+def _tensor_where(r, x, condition, other):
+    return f"jnp.where({r(condition)}, {r(x)}, {r(other)})"
+
+
+_METHODS.update({
+    "flip": _flip, "roll": _roll, "repeat": _repeat, "tile": _repeat, "repeat_interleave": _repeat_interleave,
+    "unbind": _unbind, "gather": _gather, "scatter": _scatter, "scatter_add": _scatter_add,
+    "index_select": _index_select, "topk": _topk, "sort": _sort, "argsort": _argsort,
+    "argmax": _arg_extremum("argmax"), "argmin": _arg_extremum("argmin"), "max": _max_min(True),
+    "min": _max_min(False), "maximum": _binary_function("maximum"), "minimum": _binary_function("minimum"),
+    "cumsum": _cumulative(False), "cumprod": _cumulative(True), "var": _variance(False), "std": _variance(True),
+    "prod": _reduction("prod"), "all": _reduction("all"), "any": _reduction("any"), "logsumexp": _logsumexp,
+    "norm": _tensor_norm, "mm": _matmul, "bmm": _matmul, "addmm": _add_product, "baddbmm": _add_product,
+    "outer": _outer, "ger": _outer, "diag": _diag, "diagonal": _diagonal, "tril": _triangle("tril"),
+    "triu": _triangle("triu"), "clamp_min": _clamp_min, "clamp_max": _clamp_max,
+    "rsqrt": _unary("1 / jnp.sqrt({})"), "reciprocal": _unary("1 / {}"), "square": _jnp_unary("square"),
+    "sin": _jnp_unary("sin"), "cos": _jnp_unary("cos"), "log1p": _jnp_unary("log1p"), "expm1": _jnp_unary("expm1"),
+    "sign": _jnp_unary("sign"), "floor": _jnp_unary("floor"), "ceil": _jnp_unary("ceil"),
+    "half": _dtype_cast(torch.float16), "bfloat16": _dtype_cast(torch.bfloat16), "long": _dtype_cast(torch.int64),
+    "int": _dtype_cast(torch.int32), "short": _dtype_cast(torch.int16), "char": _dtype_cast(torch.int8),
+    "byte": _dtype_cast(torch.uint8), "bool": _dtype_cast(torch.bool), "type": _type, "type_as": _type_as,
+    "expand_as": _as_shape("broadcast_to"), "view_as": _as_shape("reshape"), "reshape_as": _as_shape("reshape"),
+    "new_zeros": _new_filled("zeros"), "new_ones": _new_filled("ones"), "new_empty": _new_filled("zeros"),
+    "new_full": _new_filled("full", full=True), "new_tensor": _new_tensor, "nelement": _numel, "ndimension": _dim,
+    "copy": _copy, "fill": _fill, "zero": _zero, "where": _tensor_where,
+})
+_FUNCTIONS.update({getattr(torch, name): _METHODS[name] for name in (
+    "flip", "roll", "tile", "repeat_interleave", "unbind", "gather", "scatter", "scatter_add", "index_select",
+    "topk", "sort", "argsort", "argmax", "argmin", "max", "min", "maximum", "minimum", "cumsum", "cumprod", "var",
+    "std", "prod", "all", "any", "logsumexp", "addmm", "baddbmm", "outer", "ger", "diag", "diagonal", "clamp_min",
+    "clamp_max", "rsqrt", "reciprocal", "square", "sin", "cos", "log1p", "expm1", "sign", "floor", "ceil",
+)})
+_FUNCTIONS.update({
+    torch.norm: _norm, torch.linalg.vector_norm: _vector_norm, torch.linalg.matrix_norm: _matrix_norm,
+    torch.linalg.norm: _linalg_norm, torch.einsum: _einsum,
+    torch.empty_like: _like("zeros_like", 0), torch.fliplr: _unary("jnp.fliplr({})"),
+    torch.flipud: _unary("jnp.flipud({})"),
+})
+
+# x.mH / x.H: the conjugate transposes (for real tensors x.mT / x.T).
+_CONJUGATE_ATTRIBUTES = {"mH": "mT", "H": "T"}
 
 _ATTRIBUTES = {"shape", "ndim", "dtype", "T", "mT"}
 
@@ -398,6 +772,11 @@ def render_call_function(r: Renderer, target, args, kwargs) -> str:
         return f"{_UNARY[target]}{r(args[0])}"
     if target is operator.getitem and len(args) == 2 and not kwargs:
         return f"{r(args[0])}[{r.index(args[1])}]"
+    if target is builtins.getattr and len(args) == 2 and args[1] in _CONJUGATE_ATTRIBUTES and not kwargs:
+        return f"jnp.conj({r(args[0])}.{_CONJUGATE_ATTRIBUTES[args[1]]})"
+    if target is builtins.getattr and len(args) == 2 and args[1] in ("values", "indices") and not kwargs \
+            and _returns_values_indices(args[0]):
+        return f"{r(args[0])}[{0 if args[1] == 'values' else 1}]"
     if target is builtins.getattr and len(args) == 2 and args[1] in _ATTRIBUTES and not kwargs:
         return f"{r(args[0])}.{args[1]}"
     if target is builtins.getattr and len(args) == 2 and args[1] == "device" and not kwargs:
