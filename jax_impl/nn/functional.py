@@ -69,6 +69,10 @@ from jax_impl.nn._functional_margin_loss import (  # noqa: F401
     multilabel_soft_margin_loss,
     soft_margin_loss,
 )
+from jax_impl.nn._functional_ctc_loss import ctc_loss  # noqa: F401
+from jax_impl.nn._functional_gaussian_nll_loss import gaussian_nll_loss  # noqa: F401
+from jax_impl.nn._functional_poisson_nll_loss import poisson_nll_loss  # noqa: F401
+from jax_impl.nn._functional_linear_cross_entropy import linear_cross_entropy  # noqa: F401
 from jax_impl.nn._functional_norm import batch_norm  # noqa: F401
 from jax_impl.nn._functional_normalization import group_norm, layer_norm, rms_norm  # noqa: F401
 from jax_impl.nn._functional_sparse import embedding  # noqa: F401

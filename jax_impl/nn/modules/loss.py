@@ -11,29 +11,40 @@ and calls the matching function of :mod:`jax_impl.nn._functional_loss`
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
 from jax_impl.nn import _functional_loss as F
 from jax_impl.nn import _functional_margin_loss as MF
+from jax_impl.nn._functional_ctc_loss import ctc_loss
+from jax_impl.nn._functional_gaussian_nll_loss import gaussian_nll_loss
+from jax_impl.nn._functional_linear_cross_entropy import linear_cross_entropy
+from jax_impl.nn._functional_poisson_nll_loss import poisson_nll_loss
+from jax_impl.nn.modules.linear import Linear
 from jax_impl.nn.modules.module import Buffer, Module
 
 __all__ = [
     "BCELoss",
     "BCEWithLogitsLoss",
     "Buffer",
+    "CTCLoss",
     "CosineEmbeddingLoss",
     "CrossEntropyLoss",
+    "GaussianNLLLoss",
     "HingeEmbeddingLoss",
     "HuberLoss",
     "KLDivLoss",
     "L1Loss",
+    "LinearCrossEntropyLoss",
     "MSELoss",
     "MarginRankingLoss",
     "MultiLabelMarginLoss",
     "MultiLabelSoftMarginLoss",
     "MultiMarginLoss",
     "NLLLoss",
+    "PoissonNLLLoss",
     "SmoothL1Loss",
     "SoftMarginLoss",
 ]
@@ -281,3 +292,153 @@ class SoftMarginLoss(_Loss):
 
     def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
         return MF.soft_margin_loss(input, target, reduction=self.reduction)
+
+
+class CTCLoss(_Loss):
+    """Connectionist Temporal Classification loss; see :func:`jax_impl.nn._functional_ctc_loss.ctc_loss`.
+
+    ``nll_n = -log sum_{alignments of target_n} prod_t log_probs[t, n, path_t]``
+    (log-space alpha recursion, torch's CPU kernel and its backward);
+    ``'mean'`` is ``mean_n(nll_n / max(target_length_n, 1))``.
+
+    Args:
+        blank: The blank label.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+        zero_infinity: Zero infinite losses and their gradients.
+    """
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> None:
+        super().__init__(reduction=reduction)
+        self.blank = blank
+        self.zero_infinity = zero_infinity
+
+    def __call__(self, log_probs: jax.Array, targets: jax.Array, input_lengths, target_lengths) -> jax.Array:
+        return ctc_loss(
+            log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction, self.zero_infinity
+        )
+
+
+class GaussianNLLLoss(_Loss):
+    """``0.5 (log(max(var, eps)) + (x - t)^2 / max(var, eps))`` (+ ``0.5 log(2 pi)`` if ``full``).
+
+    See :func:`jax_impl.nn._functional_gaussian_nll_loss.gaussian_nll_loss`.
+
+    Args:
+        full: Include the constant term.
+        eps: Lower clamp of ``var`` (outside autograd, as torch).
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+    """
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean") -> None:
+        super().__init__(None, None, reduction)
+        self.full = full
+        self.eps = eps
+
+    def __call__(self, input: jax.Array, target: jax.Array, var) -> jax.Array:
+        return gaussian_nll_loss(input, target, var, full=self.full, eps=self.eps, reduction=self.reduction)
+
+
+class PoissonNLLLoss(_Loss):
+    """``exp(x) - t x`` (``log_input``) or ``x - t log(x + eps)``, plus Stirling's term where ``t > 1`` if ``full``.
+
+    See :func:`jax_impl.nn._functional_poisson_nll_loss.poisson_nll_loss`.
+
+    Args:
+        log_input: Whether the input is a log-rate.
+        full: Add ``t log t - t + 0.5 log(2 pi t)`` where ``t > 1``.
+        size_average: Deprecated.
+        eps: Added inside the log when ``log_input=False``.
+        reduce: Deprecated.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+    """
+
+    def __init__(
+        self,
+        log_input: bool = True,
+        full: bool = False,
+        size_average=None,
+        eps: float = 1e-8,
+        reduce=None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.log_input = log_input
+        self.full = full
+        self.eps = eps
+
+    def __call__(self, log_input: jax.Array, target: jax.Array) -> jax.Array:
+        return poisson_nll_loss(
+            log_input, target, log_input=self.log_input, full=self.full, eps=self.eps, reduction=self.reduction
+        )
+
+
+class LinearCrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of ``input @ W.T + b``; see :func:`jax_impl.nn._functional_linear_cross_entropy.linear_cross_entropy`.
+
+    ``linear`` is a :class:`~jax_impl.nn.modules.linear.Linear` of
+    ``C * prod(out_features)`` outputs, stored flat as in torch (state dict
+    keys ``linear.weight``, ``linear.bias``, and ``weight`` when given) and
+    reshaped to ``(C, *out_features, in_features)`` in the forward; its default
+    init draws torch's numbers from the global stream.
+
+    Args:
+        in_features: Size of each input sample.
+        num_classes: Number of classes ``C``.
+        out_features: ``(d_1, ..., d_K)`` of a K-dimensional loss.
+        bias: Learn a bias of logical shape ``(C, *out_features)``.
+        device: ``None`` / ``"cpu"``.
+        dtype: Parameter dtype.
+        reduction: ``'none'`` | ``'mean'`` | ``'sum'``.
+        weight: Optional per-class weight ``(C,)``, stored as buffer ``weight``.
+        ignore_index: Ignored class index, ``None`` meaning -100 for class-index targets.
+        label_smoothing: In ``[0, 1]``.
+        options: ``None`` (torch's chunked path is not provided).
+        rngs: ``nnx.Rngs`` for the init instead of torch's stream.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        *,
+        out_features: tuple[int, ...] = (),
+        bias: bool = False,
+        device=None,
+        dtype=None,
+        reduction: str = "mean",
+        weight=None,
+        ignore_index: int | None = None,
+        label_smoothing: float = 0.0,
+        options=None,
+        rngs=None,
+    ) -> None:
+        if weight is not None and tuple(jnp.shape(weight)) != (num_classes,):
+            raise RuntimeError(f"expected weight shape to be {(num_classes,)}, got {tuple(jnp.shape(weight))}")
+        if label_smoothing < 0 or label_smoothing > 1.0:
+            raise RuntimeError(f"expected label_smoothing to be in range [0, 1], got {label_smoothing}")
+        super().__init__(weight, None, None, reduction)
+        self.num_classes = num_classes
+        self.out_features = tuple(out_features)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+        self.linear = Linear(
+            in_features, math.prod(out_features, start=num_classes), bias=bias, device=device, dtype=dtype, rngs=rngs
+        )
+        self.options = options
+
+    def __call__(self, input: jax.Array, target: jax.Array) -> jax.Array:
+        linear_weight = self.linear.weight[...].reshape((self.num_classes, *self.out_features, self.linear.in_features))
+        linear_bias = (
+            None if self.linear.bias is None else self.linear.bias[...].reshape((self.num_classes, *self.out_features))
+        )
+        return linear_cross_entropy(
+            input,
+            linear_weight,
+            target,
+            linear_bias=linear_bias,
+            weight=_value(self.weight),
+            reduction=self.reduction,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            options=self.options,
+        )
