@@ -82,6 +82,16 @@ from jax_impl.nn._functional_attention import (  # noqa: F401
     multi_head_attention_forward,
     scaled_dot_product_attention,
 )
+from jax_impl.nn._functional_bilinear import bilinear  # noqa: F401
+from jax_impl.nn._functional_fractional_max_pool import (  # noqa: F401
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
+)
+# These two call this module's pools and pad at run time (a circular import, resolved by then).
+from jax_impl.nn._functional_local_response_norm import local_response_norm  # noqa: F401
+from jax_impl.nn._functional_lppool import lp_pool1d, lp_pool2d, lp_pool3d  # noqa: F401
 
 from jax_impl.nn._arguments import ntuple as _ntuple
 from jax_impl.nn._arguments import pool_args as _pool_args

@@ -36,7 +36,8 @@ from jax_impl.nn.modules.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, Co
 from jax_impl.nn.modules.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from jax_impl.nn.modules.flatten import Flatten, Unflatten
 from jax_impl.nn.modules.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
-from jax_impl.nn.modules.linear import Identity, Linear
+from jax_impl.nn.modules.linear import Bilinear, Identity, Linear
+from jax_impl.nn.modules.local_response_norm import LocalResponseNorm
 from jax_impl.nn.modules.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -90,6 +91,11 @@ from jax_impl.nn.modules.pooling import (
     AvgPool1d,
     AvgPool2d,
     AvgPool3d,
+    FractionalMaxPool2d,
+    FractionalMaxPool3d,
+    LPPool1d,
+    LPPool2d,
+    LPPool3d,
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
@@ -122,6 +128,7 @@ __all__ = [
     "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
     "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
     "GLU", "Hardshrink", "Softmax2d", "Softmin", "Softshrink",
+    "Bilinear", "FractionalMaxPool2d", "FractionalMaxPool3d", "LPPool1d", "LPPool2d", "LPPool3d", "LocalResponseNorm",
     "CosineEmbeddingLoss", "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelMarginLoss",
     "MultiLabelSoftMarginLoss", "MultiMarginLoss", "SoftMarginLoss",
     "CTCLoss", "GaussianNLLLoss", "LinearCrossEntropyLoss", "PoissonNLLLoss",

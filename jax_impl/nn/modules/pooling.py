@@ -8,13 +8,18 @@ torch's output sizes (``ceil_mode``), padding checks, divisors
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from jax_impl.nn import functional as F
-from jax_impl.nn.modules.module import Module
+from jax_impl.nn.modules._utils import ntuple
+from jax_impl.nn.modules.module import Buffer, Module
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
     "AvgPool1d", "AvgPool2d", "AvgPool3d",
+    "FractionalMaxPool2d", "FractionalMaxPool3d",
+    "LPPool1d", "LPPool2d", "LPPool3d",
     "MaxPool1d", "MaxPool2d", "MaxPool3d",
 ]
 
@@ -163,3 +168,100 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
     """``torch.nn.AdaptiveMaxPool3d(output_size, return_indices=False)``."""
 
     _nd = 3
+
+
+class _LPPoolNd(Module):
+    _nd: int
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> None:
+        self.norm_type = norm_type
+        self.kernel_size = kernel_size
+        self.stride = stride  # torch keeps None: the functional reads it as kernel_size
+        self.ceil_mode = ceil_mode
+
+    def __call__(self, input):
+        return getattr(F, f"lp_pool{self._nd}d")(input, float(self.norm_type), self.kernel_size, self.stride,
+                                                 self.ceil_mode)
+
+
+class LPPool1d(_LPPoolNd):
+    r"""``torch.nn.LPPool1d(norm_type, kernel_size, stride=None, ceil_mode=False)``: power-average pooling.
+
+    Per window :math:`f(X) = \sqrt[p]{\sum_{x \in X} x^{p}}` (``p = norm_type``), computed as torch
+    does: ``avg_pool1d(x ** p)`` times the window size, clamped at 0 by ``sign * relu(abs)``, to the
+    power ``1 / p`` (:func:`jax_impl.nn.functional.lp_pool1d`). ``p = inf`` pools ``|x|`` by its max.
+    The gradient is 0 where a window's power sum is 0, as torch's.
+    """
+
+    _nd = 1
+
+
+class LPPool2d(_LPPoolNd):
+    r"""``torch.nn.LPPool2d(norm_type, kernel_size, stride=None, ceil_mode=False)``:
+    :math:`f(X) = \sqrt[p]{\sum_{x \in X} x^{p}}` over ``kH x kW`` windows (see :class:`LPPool1d`)."""
+
+    _nd = 2
+
+
+class LPPool3d(_LPPoolNd):
+    r"""``torch.nn.LPPool3d(norm_type, kernel_size, stride=None, ceil_mode=False)``:
+    :math:`f(X) = \sqrt[p]{\sum_{x \in X} x^{p}}` over ``kD x kH x kW`` windows (see :class:`LPPool1d`)."""
+
+    _nd = 3
+
+
+class _FractionalMaxPoolNd(Module):
+    _nd: int
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices: bool = False,
+                 _random_samples=None) -> None:
+        name = type(self).__name__
+        self.kernel_size = ntuple(kernel_size, self._nd)
+        self.return_indices = return_indices
+        # torch's buffer: absent from the state dict while None.
+        self._random_samples = None if _random_samples is None else Buffer(jnp.asarray(_random_samples))
+        self.output_size = ntuple(output_size, self._nd) if output_size is not None else None
+        self.output_ratio = ntuple(output_ratio, self._nd) if output_ratio is not None else None
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio[:self._nd]):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def __call__(self, input):
+        samples = None if self._random_samples is None else self._random_samples[...]
+        return getattr(F, f"fractional_max_pool{self._nd}d")(
+            input, self.kernel_size, self.output_size, self.output_ratio, self.return_indices,
+            _random_samples=samples,
+        )
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    r"""``torch.nn.FractionalMaxPool2d(kernel_size, output_size=None, output_ratio=None, return_indices=False,
+    _random_samples=None)``: max over ``kH x kW`` windows at pseudo-random starts (Graham, 2014).
+
+    Per plane and axis, with a sample :math:`u \in [0, 1)` and :math:`\alpha = (L - K) / (O - 1)`,
+    window :math:`i < O - 1` starts at :math:`\lfloor (i + u)\alpha \rfloor - \lfloor u\alpha \rfloor`
+    and the last at :math:`L - K`, computed in the input's dtype as torch's CPU kernel. Without
+    ``_random_samples`` each call draws torch's ``rand(N, C, 2)`` from the global stream
+    (:data:`jax_impl.random.default_generator`), so after the same seed outputs and indices equal torch's.
+    Exactly one of ``output_size`` / ``output_ratio`` (each in ``(0, 1)``) is given.
+    """
+
+    _nd = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    r"""``torch.nn.FractionalMaxPool3d(kernel_size, output_size=None, output_ratio=None, return_indices=False,
+    _random_samples=None)``: :class:`FractionalMaxPool2d` over ``kT x kH x kW`` windows, samples
+    ``rand(N, C, 3)`` (time, height, width); ``kernel_size`` must be positive, as torch checks."""
+
+    _nd = 3
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices: bool = False,
+                 _random_samples=None) -> None:
+        if (isinstance(kernel_size, int) and kernel_size <= 0) or (
+                isinstance(kernel_size, (tuple, list)) and not all(k > 0 for k in kernel_size)):
+            raise ValueError(f"kernel_size must be greater than 0, but got {kernel_size}")
+        super().__init__(kernel_size, output_size, output_ratio, return_indices, _random_samples)
