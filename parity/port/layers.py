@@ -13,6 +13,9 @@ inside their submodules (``d_model`` as ``self_attn.embed_dim``, ``bias`` as
 ``in_proj_bias``, ``encoder_layer`` as ``layers[0]``); a reader per class
 recovers those (``nn.Transformer``'s from the first layers of its encoder and
 decoder).
+
+A torch lazy layer (``LazyConv2d``, ...) ports once the model has run: its
+first call turns it into its eager class, which ports as any layer.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import inspect
 
 import torch
 import torch.nn.functional as TF
+from torch.nn.modules.lazy import LazyModuleMixin
 
 import jax_impl.nn as jnn
 from parity.port.errors import FALLBACK, PortError
@@ -164,6 +168,11 @@ def layer_source(module: torch.nn.Module, path: str) -> str:
         cannot be read from the torch module.
     """
     name = type(module).__name__
+    if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+        # A materialised lazy layer is its cls_to_become (torch.nn.Conv2d, ...) and ports as that.
+        becomes = f" (the layer then becomes a {module.cls_to_become.__name__})" if module.cls_to_become else ""
+        raise PortError(f"cannot port {path or 'the model'} (torch.nn.{name}): its parameters are not materialised "
+                        f"yet; call the torch model once on an example batch{becomes} and port it after that")
     cls = layer_class(module)
     if cls is None:
         raise PortError(f"cannot port {path or 'the model'} (torch.nn.{name}): jax_impl.nn has no {name}. "

@@ -32,11 +32,25 @@ from jax_impl.nn.modules.activation import (
 from jax_impl.nn.modules.attention import MultiheadAttention
 from jax_impl.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from jax_impl.nn.modules.container import ModuleList, Sequential
-from jax_impl.nn.modules.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from jax_impl.nn.modules.conv import (
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
+)
 from jax_impl.nn.modules.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from jax_impl.nn.modules.flatten import Flatten, Unflatten
 from jax_impl.nn.modules.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from jax_impl.nn.modules.linear import Bilinear, Identity, Linear
+from jax_impl.nn.modules.lazy import LazyModuleMixin, UninitializedParameter
 from jax_impl.nn.modules.local_response_norm import LocalResponseNorm
 from jax_impl.nn.modules.loss import (
     BCELoss,
@@ -115,6 +129,8 @@ __all__ = [
     "AvgPool1d", "AvgPool2d", "AvgPool3d",
     "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Buffer", "CELU",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d",
+    "LazyModuleMixin", "UninitializedParameter",
     "CrossEntropyLoss", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "ELU", "Flatten", "GELU",
     "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "Identity", "KLDivLoss", "L1Loss", "LeakyReLU",
     "Linear", "LogSigmoid", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "Module",

@@ -24,14 +24,15 @@ class _InstanceNorm(Module):
     _no_batch_dim = 2
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
-                 track_running_stats: bool = False, device=None, dtype=None, *,
+                 track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True,
                  rngs: nnx.Rngs | None = None) -> None:
         del rngs  # deterministic init (ones / zeros)
         dtype = factory_dtype(device, dtype)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = nnx.Param(jnp.ones((num_features,), dtype)) if affine else None
-        self.bias = nnx.Param(jnp.zeros((num_features,), dtype)) if affine else None
+        # torch's keyword-only `bias`: with affine=True and bias=False only `weight` is learnt.
+        self.bias = nnx.Param(jnp.zeros((num_features,), dtype)) if affine and bias else None
         if track_running_stats:
             self.running_mean = nnx.BatchStat(jnp.zeros((num_features,), dtype))
             self.running_var = nnx.BatchStat(jnp.ones((num_features,), dtype))

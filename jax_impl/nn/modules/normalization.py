@@ -65,24 +65,25 @@ class GroupNorm(Module):
       num_groups: number of groups; ``ValueError`` unless it divides ``num_channels``.
       num_channels: ``C``.
       eps: added to the biased variance.
-      affine: learn per-channel ``weight`` (ones) and ``bias`` (zeros).
+      affine: learn per-channel ``weight`` (ones) and, with ``bias``, ``bias`` (zeros).
       device: only ``None`` / ``"cpu"``.
       dtype: parameter dtype (default float32).
+      bias: learn ``bias`` (only with ``affine``; keyword-only, as in torch).
       rngs: accepted for a uniform signature; the init draws nothing.
     """
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 device=None, dtype=None, *, rngs: nnx.Rngs | None = None) -> None:
+                 device=None, dtype=None, *, bias: bool = True, rngs: nnx.Rngs | None = None) -> None:
         del rngs
         dtype = factory_dtype(device, dtype)
         if num_channels % num_groups != 0:
-            raise ValueError("num_channels must be divisible by num_groups")
+            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups = num_groups
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
         self.weight = nnx.Param(jnp.ones((num_channels,), dtype)) if affine else None
-        self.bias = nnx.Param(jnp.zeros((num_channels,), dtype)) if affine else None
+        self.bias = nnx.Param(jnp.zeros((num_channels,), dtype)) if affine and bias else None
 
     def __call__(self, input):
         return F.group_norm(input, self.num_groups, None if self.weight is None else self.weight[...],

@@ -70,3 +70,26 @@ def test_errors_are_torchs():
         jnn.InstanceNorm2d(3)(jnp.zeros((3, 4)))
     with pytest.raises(ValueError, match=r"expected input's size at dim=1 to match num_features \(3\)"):
         jnn.InstanceNorm1d(3, affine=True)(jnp.zeros((2, 4, 5)))
+
+
+@pytest.mark.parametrize("name", list(_SHAPES))
+def test_affine_without_bias_matches_torch(name):
+    """torch's keyword-only ``bias=False``: ``weight`` only (torch's state-dict keys), the same numbers."""
+    with jax.enable_x64(True):
+        theirs = getattr(torch.nn, name)(4, affine=True, bias=False, dtype=torch.float64)
+        ours = getattr(jnn, name)(4, affine=True, bias=False, dtype=np.float64)
+        assert ours.bias is None and sorted(to_torch_state_dict(ours)) == sorted(theirs.state_dict()) == ["weight"]
+        rng = np.random.default_rng(0)
+        w, x = rng.standard_normal(4), rng.standard_normal(_SHAPES[name]) * 3 + 1
+        g = rng.standard_normal(_SHAPES[name])
+        with torch.no_grad():
+            theirs.weight.copy_(torch.tensor(w))
+        ours.weight[...] = jnp.asarray(w)
+        t_x = torch.tensor(x, requires_grad=True)
+        t_y = theirs(t_x)
+        (t_y * torch.tensor(g)).sum().backward()
+        y = ours(jnp.asarray(x))
+        g_mod, g_x = nnx.grad(lambda m, x: jnp.sum(m(x) * g), argnums=(0, 1))(ours, jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(y), t_y.detach().numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(g_x), t_x.grad.numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(g_mod["weight"][...]), theirs.weight.grad.numpy(), rtol=0, atol=1e-12)

@@ -45,6 +45,7 @@ CASES = [
     ("group", (2, 6, 5), (3, 6), dict()),
     ("group", (3, 4, 2, 3), (4, 4), dict(affine=False, eps=1e-2)),
     ("group", (2, 6), (1, 6), dict()),
+    ("group", (2, 6, 5), (3, 6), dict(bias=False)),
     ("rms", (4, 6), 6, dict()),
     ("rms", (2, 3, 4), (3, 4), dict(eps=1e-3)),
     ("rms", (5, 3), 3, dict(elementwise_affine=False)),
@@ -94,5 +95,20 @@ def test_norm_layers_wide_grid_float64(seed):
 
 
 def test_group_norm_rejects_indivisible_channels():
-    with pytest.raises(ValueError, match="num_channels must be divisible by num_groups"):
+    with pytest.raises(ValueError) as theirs:
+        torch.nn.GroupNorm(4, 6)
+    with pytest.raises(ValueError) as mine:
         nn.GroupNorm(4, 6)
+    assert str(mine.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_bias_false_matches_torch(affine):
+    """torch's keyword-only ``bias``: no bias parameter (state-dict keys as torch's), the same numbers."""
+    with jax.enable_x64(True):
+        t_mod, j_mod = _pair("group", (2, 6), dict(affine=affine, bias=False), np.float64)
+        assert t_mod.bias is None and j_mod.bias is None
+        assert (t_mod.weight is None) == (j_mod.weight is None)
+        assert max_state_diff(j_mod, t_mod) == 0
+        x = np.random.default_rng(7).standard_normal((3, 6, 4)) * 3 + 1
+        _check(t_mod, j_mod, x, np.float64)
