@@ -18,14 +18,23 @@ from torch_ref.optim import optimizer_class, optimizer_spec
 __all__ = ["build_jax_optimizer", "jax_optimizer_factory", "param_group_members"]
 
 
+# jax_impl has them, with torch's closure protocol, but a runner's step hands over gradients only.
+_CLOSURE_OPTIMIZERS = frozenset({"LBFGS"})
+
+
 def jax_optimizer_factory(name: str) -> Any:
     """``jax_impl.optim.<name.lower()>`` for the torch optimizer class ``name``.
 
     Raises:
       ValueError: ``name`` is not a ``torch.optim`` optimizer.
-      NotImplementedError: torch has it, ``jax_impl.optim`` does not (e.g. ``SparseAdam``).
+      NotImplementedError: torch has it, ``jax_impl.optim`` does not (e.g. ``SparseAdam``), or it steps with
+        a closure (``LBFGS``), which the runners do not drive.
     """
     optimizer_class(name)  # ValueError for names torch does not have
+    if name in _CLOSURE_OPTIMIZERS:
+        raise NotImplementedError(f"torch.optim.{name} steps with a closure (several loss evaluations per step), "
+                                  f"which parity run's training step does not drive: use jax_impl.optim."
+                                  f"{name.lower()}(...).step(closure, state, params) in your own loop")
     factory = getattr(jax_impl.optim, name.lower(), None)
     if factory is None or name.lower() not in jax_impl.optim.__all__ or isinstance(factory, type):
         raise NotImplementedError(f"torch.optim.{name} has no jax_impl.optim counterpart ({name.lower()!r} is missing)")

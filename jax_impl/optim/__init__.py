@@ -14,7 +14,8 @@ from jax_impl.optim.adam import AdamState, adam, adamw
 from jax_impl.optim.adamax import AdamaxState, adamax
 from jax_impl.optim.asgd import ASGDState, asgd
 from jax_impl.optim import lr_scheduler
-from jax_impl.optim.unsupported import adafactor, lbfgs, muon, sparseadam
+from jax_impl.optim.lbfgs import LBFGS, LBFGSState, lbfgs
+from jax_impl.optim.unsupported import adafactor, muon, sparseadam
 from jax_impl.optim.nadam import NAdamState, nadam
 from jax_impl.optim.param_groups import ParamGroupsState, param_groups
 from jax_impl.optim.radam import RAdamState, radam
@@ -28,6 +29,8 @@ __all__ = [
     "AdagradState",
     "AdamState",
     "AdamaxState",
+    "LBFGS",
+    "LBFGSState",
     "NAdamState",
     "ParamGroupsState",
     "RAdamState",

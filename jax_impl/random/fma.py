@@ -25,6 +25,8 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     ``1000...0``), where the sum's own rounding error decides the side.
     """
     a, b, c = (np.asarray(v, _F32) for v in (a, b, c))
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    a, b, c = (np.atleast_1d(v) for v in (a, b, c))  # 0-d inputs too (np.nonzero needs 1-d)
     p = a.astype(_F64) * b.astype(_F64)
     cd = np.broadcast_to(c, p.shape).astype(_F64)
     s = p + cd
@@ -39,7 +41,7 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         other = np.nextafter(rs, np.where(ss > rs.astype(_F64), _F32(np.inf), _F32(-np.inf)).astype(_F32))
         beyond = (err != 0) & (np.sign(err) == np.sign(other.astype(_F64) - rs.astype(_F64)))
         r[idx] = np.where(beyond, other, rs)
-    return r
+    return r.reshape(shape)
 
 
 def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +65,8 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     where it is not, or where the splits could overflow or underflow, are computed in exact rationals.
     """
     a, b, c = (np.asarray(v, _F64) for v in (a, b, c))
-    a, b, c = np.broadcast_arrays(a, b, c)
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    a, b, c = (np.atleast_1d(v) for v in np.broadcast_arrays(a, b, c))  # 0-d inputs too (np.nonzero needs 1-d)
     with np.errstate(all="ignore"):
         p = a * b
         ah, al = _split(a)
@@ -78,7 +81,7 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         idx = np.nonzero(unsafe)
         r[idx] = [_exact(x, y, z) for x, y, z in zip(a[idx].tolist(), b[idx].tolist(), c[idx].tolist(),
                                                     strict=True)]
-    return r
+    return r.reshape(shape)
 
 
 def _exact(a: float, b: float, c: float) -> float:

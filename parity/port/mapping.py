@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import math
 import operator
 
 import torch
@@ -192,10 +193,22 @@ def _astype(dtype_text):
 
 
 def _to(r, x, *args, **kwargs):
-    dtype = kwargs.get("dtype", args[0] if args else None)
-    if not isinstance(dtype, torch.dtype) or len(args) + len(kwargs) != 1:
-        raise r.fail("only x.to(dtype) has a JAX meaning (arrays live on jax's device)")
-    return f"{r(x)}.astype({r(dtype)})"
+    # x.to(device), x.to(dtype), x.to(device, dtype), x.to(other): jax places arrays itself, so only a dtype
+    # (given, or other's) changes the array; `device` arrives rendered as None, or as a string.
+    dtype = kwargs.get("dtype")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, torch.fx.Node) and a.op == "call_function" and a.target is builtins.getattr \
+                and a.args[1] == "dtype":
+            dtype = a  # x.to(y.dtype)
+        elif isinstance(a, torch.fx.Node) and dtype is None:
+            return f"{r(x)}.astype({r(a)}.dtype)"  # x.to(other)
+        elif not (a is None or isinstance(a, (str, torch.device))):
+            raise r.fail(f"x.to({a!r}) has no JAX meaning")
+    if set(kwargs) - {"dtype", "device", "non_blocking", "copy"}:
+        raise r.fail(f"x.to(**{kwargs}) has no JAX meaning")
+    return r(x) if dtype is None else f"{r(x)}.astype({r(dtype)})"
 
 
 def _matmul(r, x, other):
@@ -779,6 +792,11 @@ def render_call_function(r: Renderer, target, args, kwargs) -> str:
         return f"{r(args[0])}[{0 if args[1] == 'values' else 1}]"
     if target is builtins.getattr and len(args) == 2 and args[1] in _ATTRIBUTES and not kwargs:
         return f"{r(args[0])}.{args[1]}"
+    if target is builtins.len and len(args) == 1 and not kwargs:
+        return f"len({r(args[0])})"
+    if getattr(target, "__module__", None) == "math" and getattr(math, target.__name__, None) is target:
+        # fx records math functions of traced sizes (`math.sqrt(x.size(-1))`); sizes are Python ints in jax too
+        return r.call(f"math.{target.__name__}", args, kwargs)
     if target is builtins.getattr and len(args) == 2 and args[1] == "device" and not kwargs:
         return "None  # x.device: jax places arrays itself; torch.arange(..., device=) drops it"
     if target in _FUNCTIONAL:

@@ -31,10 +31,12 @@ __all__ = ["MISSING", "ExampleFailure", "ExampleValues", "ValueProxy", "guard"]
 
 MISSING = object()  # a node whose value is unknown: traced without an example input
 
-# Tensor attributes that are metadata, not data: read as Python values during the trace.
+# Tensor attributes that are metadata, not data, and mean nothing to jax: read as Python values during the
+# trace. `dtype` is not one of them: it stays a graph value (`x.dtype` in the twin), so a twin whose weights
+# are cast afterwards (`jax: auto` casts to train.dtype) follows its input's dtype as torch's code does.
 STATIC_ATTRIBUTES = frozenset({
     "is_cuda", "is_cpu", "is_mps", "is_xpu", "is_meta", "is_sparse", "is_quantized", "is_nested", "is_mkldnn",
-    "device", "dtype", "layout", "requires_grad", "is_leaf",
+    "device", "layout", "requires_grad", "is_leaf",
 })
 
 # Operations that read a tensor's metadata, never its values: their Python results are static facts.
