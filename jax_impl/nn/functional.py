@@ -78,6 +78,12 @@ from jax_impl.nn._functional_normalization import group_norm, layer_norm, rms_no
 from jax_impl.nn._functional_sparse import embedding  # noqa: F401
 from jax_impl.nn._functional_instancenorm import instance_norm  # noqa: F401
 from jax_impl.nn._functional_pixelshuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401
+from jax_impl.nn._functional_interpolate import (  # noqa: F401
+    interpolate,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
 from jax_impl.nn._functional_attention import (  # noqa: F401
     multi_head_attention_forward,
     scaled_dot_product_attention,

@@ -31,12 +31,13 @@ def test_init_seed_with_auto_is_a_config_error():
 
 
 def test_a_model_that_cannot_be_ported_exits_2_in_one_line(tmp_path, capsys):
-    # torch.nn.Upsample's forward calls F.interpolate, which jax_impl lacks: the port's error on model.jax.
+    # torch.nn.ChannelShuffle's forward calls torch.channel_shuffle, which jax_impl lacks: the port's error on
+    # model.jax (groups=1, as the example input has one channel).
     args = ["run", "--no-progress", "--runs-dir", str(tmp_path), "mnist_example",
-            'model={torch: "torch.nn:Upsample", jax: auto, kwargs: {scale_factor: 2}}']
+            'model={torch: "torch.nn:ChannelShuffle", jax: auto, kwargs: {groups: 1}}']
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "model.jax" in err and "interpolate" in err and len(err.strip().splitlines()) == 1
+    assert "model.jax" in err and "channel_shuffle" in err and len(err.strip().splitlines()) == 1
 
 
 def test_summary_with_auto(capsys):

@@ -40,7 +40,7 @@ class _Unmapped(nn.Module):
 class _UnknownLayer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.up = nn.Upsample(scale_factor=2)
+        self.up = nn.ChannelShuffle(2)
 
     def forward(self, x):
         return self.up(x)
@@ -55,7 +55,7 @@ class _InPlaceAlias(nn.Module):
 
 @pytest.mark.parametrize("model, node, why", [
     (_Unmapped(), "node 'cumsum'", "no JAX mapping"),
-    (_UnknownLayer(), "node 'up'", "jax_impl.nn has no Upsample"),
+    (_UnknownLayer(), "node 'up'", "jax_impl.nn has no ChannelShuffle"),
     (_InPlaceAlias(), "node 'relu_'", "modifies 'mul' in place"),
 ])
 def test_unsupported_nodes_name_target_and_source_line(model, node, why):

@@ -115,6 +115,7 @@ from jax_impl.nn.modules.pooling import (
     MaxPool3d,
 )
 from jax_impl.nn.modules.sparse import Embedding
+from jax_impl.nn.modules.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 from jax_impl.nn.modules.transformer import (
     Transformer,
     TransformerDecoder,
@@ -144,8 +145,9 @@ __all__ = [
     "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "PixelShuffle", "PixelUnshuffle",
     "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
     "GLU", "Hardshrink", "Softmax2d", "Softmin", "Softshrink",
-    "Bilinear", "FractionalMaxPool2d", "FractionalMaxPool3d", "LPPool1d", "LPPool2d", "LPPool3d", "LocalResponseNorm",
+    "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     "CosineEmbeddingLoss", "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelMarginLoss",
     "MultiLabelSoftMarginLoss", "MultiMarginLoss", "SoftMarginLoss",
     "CTCLoss", "GaussianNLLLoss", "LinearCrossEntropyLoss", "PoissonNLLLoss",
+    "Bilinear", "FractionalMaxPool2d", "FractionalMaxPool3d", "LPPool1d", "LPPool2d", "LPPool3d", "LocalResponseNorm",
 ]
