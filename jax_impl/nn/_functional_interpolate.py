@@ -375,6 +375,15 @@ def _nearest(x, forward: list[np.ndarray], backward: list[np.ndarray]):
     return resampled(x)
 
 
+def _reduced_weights(weights: np.ndarray, mode: str, dtype) -> np.ndarray:
+    """The generic kernel's weight table for bfloat16 / float16 input: stored in the input's dtype, the linear
+    ``1 - l`` computed from the stored ``l`` (``compute_source_index_and_lambda<scalar_t>``)."""
+    stored = weights.astype(dtype)
+    if mode != "bicubic":
+        stored[:, 0] = (np.float32(1) - stored[:, 1].astype(np.float32)).astype(dtype)
+    return stored.astype(np.float32)
+
+
 def _compute_dtype(x):
     # The reduced float types resample in float32 (torch's opmath) and round once at the end.
     return np.float64 if x.dtype == jnp.float64 else np.float32
@@ -412,6 +421,8 @@ def _resample(x, output_size: tuple[int, ...], scales: tuple[float | None, ...],
         tables = [_linear_table(i, o, align_corners, s, dt) for i, o, s in zip(in_sizes, output_size, scales)]
     if mode == "bilinear" and small_2d:
         return _bilinear_corners(work, tables[0], tables[1], dt).astype(x.dtype)
+    if x.dtype != work.dtype:
+        tables = [(taps, _reduced_weights(w, mode, x.dtype)) for taps, w in tables]
     for axis in reversed(range(nd)):
         work = _resample_axis(work, axis + 2, *tables[axis])
     return work.astype(x.dtype)
@@ -472,6 +483,9 @@ def interpolate(input: jax.Array, size: int | Sequence[int] | None = None,
 
         return getattr(F, f"adaptive_avg_pool{x.ndim - 2}d")(x, output_size)
     _check_shapes(x, output_size)
+    if antialias and x.dtype not in (jnp.float32, jnp.float64):
+        name = {"bfloat16": "BFloat16", "float16": "Half"}[x.dtype.name]
+        raise NotImplementedError(f'"compute_index_ranges_weights" not implemented for \'{name}\'')
     scales = (None,) * len(output_size) if scales is None else tuple(scales)
     return _resample(x, tuple(output_size), scales, mode, bool(align_corners), bool(antialias))
 

@@ -13,6 +13,7 @@ scatter order: measured at most 6.6e-7 relative; bar 2e-6.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import jax
@@ -115,6 +116,22 @@ def test_nearest_gradient_follows_torchs_backward_indices():
     _, (grad,) = input_grad(lambda a: F.interpolate(a, scale_factor=2.3), jnp.asarray(x))
     _, (t_grad,) = torch_input_grad(lambda t: torch.nn.functional.interpolate(t, scale_factor=2.3), x)
     np.testing.assert_array_equal(np.asarray(grad), t_grad)
+
+
+def test_reduced_precision_is_bit_identical():
+    """bfloat16 / float16: float32 arithmetic on torch's tables, the generic kernel's weights stored in the
+    input's dtype (measured bit-identical for every mode); antialias refuses them, as torch."""
+    rng = np.random.default_rng(5)
+    for (shape, size, mode), (t_dtype, j_dtype) in itertools.product(
+            [((1, 3, 6, 5), (9, 7), "bicubic"), ((2, 3, 7), (15,), "linear"), ((1, 2, 3, 4, 5), (5, 6, 7), "trilinear")],
+            [(torch.bfloat16, jnp.bfloat16), (torch.float16, jnp.float16)]):
+        x = rng.standard_normal(shape).astype(np.float32)
+        theirs = torch.nn.functional.interpolate(torch.tensor(x).to(t_dtype), size=size, mode=mode).float().numpy()
+        ours = F.interpolate(jnp.asarray(x, j_dtype), size=size, mode=mode)
+        assert ours.dtype == j_dtype
+        np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), theirs)
+    with pytest.raises(NotImplementedError, match="not implemented for 'BFloat16'"):
+        F.interpolate(jnp.zeros((1, 1, 4, 4), jnp.bfloat16), size=2, mode="bilinear", antialias=True)
 
 
 def test_jit_and_deprecated_aliases():
