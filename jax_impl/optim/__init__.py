@@ -15,7 +15,8 @@ from jax_impl.optim.adamax import AdamaxState, adamax
 from jax_impl.optim.asgd import ASGDState, asgd
 from jax_impl.optim import lr_scheduler
 from jax_impl.optim.lbfgs import LBFGS, LBFGSState, lbfgs
-from jax_impl.optim.unsupported import adafactor, muon, sparseadam
+from jax_impl.optim.adafactor import AdafactorState, adafactor
+from jax_impl.optim.unsupported import muon, sparseadam
 from jax_impl.optim.nadam import NAdamState, nadam
 from jax_impl.optim.param_groups import ParamGroupsState, param_groups
 from jax_impl.optim.radam import RAdamState, radam
@@ -25,6 +26,7 @@ from jax_impl.optim.sgd import SGDState, sgd
 
 __all__ = [
     "ASGDState",
+    "AdafactorState",
     "AdadeltaState",
     "AdagradState",
     "AdamState",
