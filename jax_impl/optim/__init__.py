@@ -16,7 +16,9 @@ from jax_impl.optim.asgd import ASGDState, asgd
 from jax_impl.optim import lr_scheduler
 from jax_impl.optim.lbfgs import LBFGS, LBFGSState, lbfgs
 from jax_impl.optim.adafactor import AdafactorState, adafactor
-from jax_impl.optim.unsupported import muon, sparseadam
+from jax_impl.optim.unsupported import muon
+from jax_impl.optim.sparse_adam import MaskedGrad, SparseAdamState, SparseGrad, sparseadam
+from jax_impl.optim import swa_utils
 from jax_impl.optim.nadam import NAdamState, nadam
 from jax_impl.optim.param_groups import ParamGroupsState, param_groups
 from jax_impl.optim.radam import RAdamState, radam
@@ -39,6 +41,9 @@ __all__ = [
     "RMSpropState",
     "RpropState",
     "SGDState",
+    "MaskedGrad",
+    "SparseAdamState",
+    "SparseGrad",
     "TorchTransformation",
     "adadelta",
     "adafactor",
@@ -64,5 +69,6 @@ __all__ = [
     "set_sqrt_table",
     "sgd",
     "sparseadam",
+    "swa_utils",
     "torch_sqrt",
 ]

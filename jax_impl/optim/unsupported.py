@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["sparseadam", "muon"]
-
-
-def sparseadam(*args: Any, **kwargs: Any) -> Any:
-    """Raises ``NotImplementedError``: ``torch.optim.SparseAdam`` needs sparse gradients, which JAX has not."""
-    raise NotImplementedError("torch.optim.SparseAdam (sparse gradients) is not supported by jax_impl.optim")
+__all__ = ["muon"]
 
 
 def muon(*args: Any, **kwargs: Any) -> Any:
