@@ -1,7 +1,7 @@
 """``jax_impl.optim.adafactor`` against ``torch.optim.Adafactor``: bit-identical in float32 and float64.
 
 Measured: every parameter and every ``row_var`` / ``col_var`` / ``variance``
-bit-identical to torch (0 ULP) after 20-60 steps, for 0-d, 1-d, 2-d (incl.
+bit-identical to torch (0 ULP) after 12-60 steps, for 0-d, 1-d, 2-d (incl.
 ``(m, 1)`` and ``(1, n)``) and 3-d parameters, jit and eager.
 """
 
@@ -61,9 +61,10 @@ CONFIGS = [
 
 @pytest.mark.parametrize("dtype", H.DTYPES)
 def test_adafactor_matches_torch(dtype):
-    run(CONFIGS[1], SHAPES, dtype, steps=20, seed=1)
+    run(CONFIGS[1], {"scale": (), "bias": (5,), "conv": (2, 3, 9)}, dtype, steps=12, seed=1)
 
 
+@pytest.mark.slow  # ~1 s
 def test_adafactor_eager_matches_torch():
     run({}, {"weight": (3, 5), "bias": (5,)}, "float32", steps=5, seed=2, jit=False)
 

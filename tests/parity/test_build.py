@@ -97,7 +97,7 @@ def _state(model) -> dict[str, np.ndarray]:
     return {k: np.asarray(v[...]) for k, v in module_state(model).items()}
 
 
-_UNSUPPORTED_OPTIMIZERS = {"Adafactor", "LBFGS", "SparseAdam"}  # jax_impl.optim refuses them (support table)
+_UNSUPPORTED_OPTIMIZERS = {"LBFGS", "SparseAdam"}  # jax_impl.optim refuses them (support table)
 
 
 @pytest.mark.parametrize("name", registry.names("optimizer"))
