@@ -111,7 +111,8 @@ def test_large_batches_raw_gradient(dtype):
             np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
 
 
-@pytest.mark.parametrize("padding_idx", [0, pytest.param(-2, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("padding_idx", [0, -2])
 def test_padding_idx_rows_stay(padding_idx):
     with strict_numerics(0, x64=True):
         theirs, mine = _run("float64", _batches(20, 12, seed=5), {"lr": 0.03}, padding_idx=padding_idx)
