@@ -16,7 +16,7 @@ from jax_impl.optim.asgd import ASGDState, asgd
 from jax_impl.optim import lr_scheduler
 from jax_impl.optim.lbfgs import LBFGS, LBFGSState, lbfgs
 from jax_impl.optim.adafactor import AdafactorState, adafactor
-from jax_impl.optim.unsupported import muon
+from jax_impl.optim.muon import MuonState, muon
 from jax_impl.optim.sparse_adam import MaskedGrad, SparseAdamState, SparseGrad, sparseadam
 from jax_impl.optim import swa_utils
 from jax_impl.optim.nadam import NAdamState, nadam
@@ -35,6 +35,7 @@ __all__ = [
     "AdamaxState",
     "LBFGS",
     "LBFGSState",
+    "MuonState",
     "NAdamState",
     "ParamGroupsState",
     "RAdamState",

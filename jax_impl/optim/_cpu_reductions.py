@@ -40,7 +40,7 @@ from jax import lax
 
 from jax_impl.kernels import TorchOps
 
-__all__ = ["divide", "norm2_columns", "norm2_rows", "sum_rows"]
+__all__ = ["divide", "norm2_columns", "norm2_rows", "sum_rows", "two_product", "two_sum"]
 
 _UNROLL = 16  # sequential sums of at most this many terms are written out, longer ones scanned
 
@@ -103,7 +103,7 @@ def norm2_columns(ops: TorchOps, x: jax.Array) -> jax.Array:
     return jnp.sqrt(_sequential(jnp.moveaxis(squares, 1, 0)))
 
 
-def _two_product(ops: TorchOps, a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+def two_product(ops: TorchOps, a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``a * b`` rounded and its exact error (Dekker's product with Veltkamp's split; no FMA needed)."""
     p = ops.rounded(a * b)
     factor = 2.0 ** ((jnp.finfo(a.dtype).nmant + 2) // 2) + 1
@@ -129,19 +129,21 @@ def divide(ops: TorchOps, a: jax.Array, b: jax.Array) -> jax.Array:
     smallest. Normal, finite operands; others keep XLA's quotient.
     """
     q = ops.rounded(a / b)
-    best, best_residual = q, None
-    for c in (jnp.nextafter(q, jnp.asarray(-jnp.inf, q.dtype)), q, jnp.nextafter(q, jnp.asarray(jnp.inf, q.dtype))):
-        hi, lo = _two_product(ops, c, b)
-        residual = jnp.abs((a - hi) - lo)
-        if best_residual is None:
-            best, best_residual = c, residual
-        else:
-            better = residual < best_residual
-            best, best_residual = jnp.where(better, c, best), jnp.where(better, residual, best_residual)
+
+    def residual(c):
+        hi, lo = two_product(ops, c, b)
+        return jnp.abs((a - hi) - lo)
+
+    # ``q`` wins ties: a zero quotient keeps its sign (its neighbours are subnormals, flushed to zero on CPU).
+    best, best_residual = q, residual(q)
+    for c in (jnp.nextafter(q, jnp.asarray(-jnp.inf, q.dtype)), jnp.nextafter(q, jnp.asarray(jnp.inf, q.dtype))):
+        r = residual(c)
+        better = r < best_residual
+        best, best_residual = jnp.where(better, c, best), jnp.where(better, r, best_residual)
     return jnp.where(jnp.isfinite(best_residual), best, q)
 
 
-def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``s = a + b`` rounded and its exact error (Knuth): ``s + e == a + b``."""
     s = a + b
     bb = s - a
@@ -160,8 +162,8 @@ def _fma_square(ops: TorchOps, a: jax.Array, acc: jax.Array) -> jax.Array:
     hi = c - (c - a)
     lo = a - hi
     ul = (((hi * hi - uh) + hi * lo) + lo * hi) + lo * lo  # every partial product is exact
-    th, tl = _two_sum(acc, uh)
-    v, err = _two_sum(tl, ul)
+    th, tl = two_sum(acc, uh)
+    v, err = two_sum(tl, ul)
     itype = jnp.int32 if a.dtype == jnp.float32 else jnp.int64
     bits = lax.bitcast_convert_type(v, itype)
     odd = jnp.where(((bits & 1) == 0) & (err != 0), bits + jnp.where((err > 0) == (v > 0), 1, -1).astype(itype), bits)
