@@ -31,6 +31,10 @@ def jax_optimizer_factory(name: str) -> Any:
         a closure (``LBFGS``), which the runners do not drive.
     """
     optimizer_class(name)  # ValueError for names torch does not have
+    if name == "SparseAdam":
+        raise NotImplementedError("torch.optim.SparseAdam steps on sparse gradients (nn.Embedding(sparse=True)), "
+                                  "which parity run's training step does not produce: use "
+                                  "jax_impl.optim.sparseadam with SparseGrad in your own loop")
     if name in _CLOSURE_OPTIMIZERS:
         raise NotImplementedError(f"torch.optim.{name} steps with a closure (several loss evaluations per step), "
                                   f"which parity run's training step does not drive: use jax_impl.optim."

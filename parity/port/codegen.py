@@ -24,7 +24,7 @@ from parity.port.errors import FALLBACK, PortError
 from parity.port.layers import layer_class, layer_source
 from parity.port.mapping import render_call_function, render_call_method
 from parity.port.render import Renderer
-from parity.port.tensor_ops import HELPERS
+from jax_impl.tensor_ops import HELPERS
 from parity.port.trace import Traces, is_torch_leaf, trace
 from parity.port.values import guard
 

@@ -10,7 +10,7 @@ variables, with torch's semantics:
   ``chunk``, ``split``, ``squeeze``, ``unsqueeze``, ``softmax``, ``max``,
   ``topk``, ``sort``, ``gather``, ``scatter``, ``norm``, ``einsum``,
   ``var``, ``cumsum``, ``repeat``, casts, ...) -> ``jnp`` calls or the
-  :mod:`parity.port.tensor_ops` helpers, which carry torch's gradient where
+  :mod:`jax_impl.tensor_ops` helpers, which carry torch's gradient where
   it differs from the autodiff of the forward (norms at zero, ``abs`` at 0,
   ``clamp`` at its bounds); ``.values`` / ``.indices`` of a
   ``(values, indices)`` result -> its items;
@@ -32,7 +32,7 @@ import torch.nn.functional as TF
 
 from jax_impl.nn import functional as JF
 from parity.port.render import Renderer
-from parity.port.tensor_ops import HELPERS
+from jax_impl.tensor_ops import HELPERS
 
 __all__ = ["render_call_function", "render_call_method"]
 
@@ -415,7 +415,7 @@ def _sizes(args) -> tuple:
 
 
 def _helper_call(r, name: str, args, kwargs) -> str:
-    """``name(args)`` for a :mod:`parity.port.tensor_ops` helper whose signature is torch's; keyword arguments
+    """``name(args)`` for a :mod:`jax_impl.tensor_ops` helper whose signature is torch's; keyword arguments
     that are ``None`` are left out (an ``out=None`` binds to no helper, an ``out=`` tensor fails to bind)."""
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return _bound_call(r, r.helper(name), HELPERS[name], args, kwargs)

@@ -10,7 +10,7 @@ import torch
 import torch.fx
 
 from parity.port.errors import FALLBACK, PortError, node_description
-from parity.port.tensor_ops import HELPERS
+from jax_impl.tensor_ops import HELPERS
 
 __all__ = ["Renderer"]
 
@@ -24,7 +24,7 @@ class Renderer:
     Attributes:
       mode: the ``training`` flag the graph was traced with; a ``training=``
         argument equal to it is rendered ``self.training``.
-      helpers: the :mod:`parity.port.tensor_ops` helpers used so far.
+      helpers: the :mod:`jax_impl.tensor_ops` helpers used so far.
       node: the node being rendered (errors name it).
     """
 
@@ -48,7 +48,7 @@ class Renderer:
         self._names[node] = name
 
     def helper(self, name: str) -> str:
-        """Marks a :mod:`parity.port.tensor_ops` helper as used and returns its name."""
+        """Marks a :mod:`jax_impl.tensor_ops` helper as used and returns its name."""
         self.helpers.add(name)
         return name
 

@@ -50,6 +50,11 @@ pytest.importorskip("expecttest")  # torch.testing._internal imports it (the `te
 
 from torch.testing._internal.common_modules import module_db  # noqa: E402
 
+# Importing torch's test utilities freezes torch.backends' global flags (torch.backends.disable_global_flags(),
+# a rule of torch's own test suite). Collection imports this file in every pytest process, and the other
+# tests set those flags through parity.strict_numerics, so they are unfrozen again.
+torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+
 import jax_impl.nn as jnn  # noqa: E402
 import jax_impl.nn.functional as jF  # noqa: E402
 from parity.convert import load_torch_state_dict, module_state  # noqa: E402

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from parity.port import tensor_ops as T
+from jax_impl import tensor_ops as T
 
 X = np.arange(2 * 7 * 3, dtype=np.float64).reshape(2, 7, 3)
 

@@ -293,7 +293,7 @@ def test_repeat_interleave_with_tensor_repeats_ports(x64):
 
 
 def test_repeat_interleave_with_traced_tensor_repeats_needs_output_size():
-    from parity.port.tensor_ops import torch_repeat_interleave
+    from jax_impl.tensor_ops import torch_repeat_interleave
 
     with pytest.raises(NotImplementedError, match="output_size"):
         jax.jit(lambda a, r: torch_repeat_interleave(a, r, 0))(np.ones(3), np.array([1, 2, 0]))
@@ -301,7 +301,7 @@ def test_repeat_interleave_with_traced_tensor_repeats_needs_output_size():
 
 @pytest.mark.slow  # eager calls, one compile each
 def test_repeat_interleave_with_concrete_tensor_repeats_matches_torch(x64):
-    from parity.port.tensor_ops import torch_repeat_interleave
+    from jax_impl.tensor_ops import torch_repeat_interleave
 
     x = _smooth(8, (3, 4))
     for repeats, dim in (([1, 0, 2, 3], 1), ([2], 0), ([1, 2, 0], 0), ([3], None)):
@@ -335,7 +335,7 @@ def _close(pair) -> None:
 @pytest.mark.slow  # 72 eager custom-gradient calls
 @pytest.mark.parametrize("ord", [2, 1, float("inf"), float("-inf"), 0, 0.5, 3, 1.5, -1])
 def test_vector_norm_values_and_gradients_match_torch_at_zero_and_ties(x64, ord):
-    from parity.port.tensor_ops import torch_vector_norm
+    from jax_impl.tensor_ops import torch_vector_norm
 
     x = _ties(2)
     for dim in (None, -1, (0, 2), 1):
@@ -347,7 +347,7 @@ def test_vector_norm_values_and_gradients_match_torch_at_zero_and_ties(x64, ord)
 @pytest.mark.slow
 @pytest.mark.parametrize("ord", [1, -1, float("inf"), float("-inf"), "fro", None])
 def test_linalg_norm_values_and_gradients_match_torch(x64, ord):
-    from parity.port.tensor_ops import torch_linalg_norm
+    from jax_impl.tensor_ops import torch_linalg_norm
 
     x = _ties(3)
     for dim in ((0, 1), (-1, -2), (2, 0), None) if ord is not None else (None, -1, (1, 2)):
@@ -359,7 +359,7 @@ def test_linalg_norm_values_and_gradients_match_torch(x64, ord):
 
 @pytest.mark.slow
 def test_var_logsumexp_and_max_dim_match_torch_over_dims(x64):
-    from parity.port.tensor_ops import torch_logsumexp, torch_max_dim, torch_var
+    from jax_impl.tensor_ops import torch_logsumexp, torch_max_dim, torch_var
 
     x = _ties(4)
     for dim in (None, 0, -1, (0, 2), [1, 2]):
@@ -381,7 +381,7 @@ def test_var_logsumexp_and_max_dim_match_torch_over_dims(x64):
 
 @pytest.mark.slow
 def test_topk_sort_gather_scatter_match_torch_over_dims(x64):
-    from parity.port.tensor_ops import torch_gather, torch_scatter, torch_sort, torch_topk
+    from jax_impl.tensor_ops import torch_gather, torch_scatter, torch_sort, torch_topk
 
     distinct = _smooth(5)
     tied = _ties(5)
@@ -421,7 +421,7 @@ def test_topk_sort_gather_scatter_match_torch_over_dims(x64):
 def test_nan_orders_and_degenerate_corrections_are_torchs(x64):
     """NaN is the largest value for sort, topk and max(dim), as in torch; a correction of N or more divides
     by zero (inf, or NaN for 0/0), as torch's var."""
-    from parity.port.tensor_ops import torch_max_dim, torch_sort, torch_topk, torch_var
+    from jax_impl.tensor_ops import torch_max_dim, torch_sort, torch_topk, torch_var
 
     x = torch.tensor([[1.0, float("nan"), 3.0, -1.0], [2.0, 2.0, 2.0, 2.0]], dtype=torch.float64)
     a = jax.numpy.asarray(x.numpy())

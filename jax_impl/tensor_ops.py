@@ -1,5 +1,10 @@
 """torch tensor operations that have no one-call ``jax.numpy`` spelling, with torch's semantics.
 
+The ``torch_*`` functions here (``torch_vector_norm``, ``torch_var``, ``torch_topk``, ...) take torch's
+arguments (``dim``, ``keepdim``, ``correction``, ...) and return what torch returns, with torch's gradient
+where it differs from the autodiff of the forward; use them directly, or through ``parity port``, which maps
+the torch calls to them.
+
 A generated twin carries the source of the helpers it uses (so the written
 file needs only ``jax`` and ``jax_impl``): each function here uses ``jnp``,
 builtins and, imported inside the function, ``jax`` (for a custom gradient
