@@ -21,7 +21,7 @@ for _info in pkgutil.iter_modules(corpus.__path__):
 _FLOAT64_ONLY = {"time_sequence_prediction.Sequence"}
 
 # A few light models run in the default tier; the whole corpus in both dtypes is the slow tier's.
-_DEFAULT_TIER = {"regression.Regression", "forward_forward.Layer", "reinforce.Policy", "gcn.GCN"}
+_DEFAULT_TIER = {"regression.Regression", "gcn.GCN"}
 
 
 def _params():

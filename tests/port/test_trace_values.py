@@ -128,6 +128,7 @@ def test_an_assert_on_a_size_and_a_none_default_port_and_guard_the_twin(x64):
         twin(jnp.asarray(idx.numpy()), jnp.asarray(idx.numpy()))
 
 
+@pytest.mark.slow
 def test_a_targets_example_takes_the_loss_branch(x64):
     torch.manual_seed(0)
     model = _Gpt().double()
@@ -148,6 +149,7 @@ def test_loops_over_split_range_and_a_future_count_unroll(x64):
         twin(jnp.zeros((3, 6)))
 
 
+@pytest.mark.slow
 def test_a_mask_cached_on_self_in_forward_ports_and_the_model_is_left_alone(x64):
     torch.manual_seed(0)
     model = _CachedMask().double()
