@@ -85,6 +85,7 @@ _SPECS: dict[str, _Spec] = {
     "Adagrad": _Spec((_Key("sum"),), eager=True),
     "ASGD": _Spec((_Key("eta", scalar=True), _Key("mu", scalar=True), _Key("ax"))),
     "Rprop": _Spec((_Key("prev"), _Key("step_size"))),
+    "Muon": _Spec((_Key("momentum_buffer"),), step=False),  # torch's Muon counts no steps
     "RMSprop": _Spec(
         (_Key("square_avg"), _Key("momentum_buffer", used=_nonzero("momentum")), _Key("grad_avg", used=_flag("centered")))
     ),

@@ -160,3 +160,36 @@ def test_muon_refuses_non_matrices_like_torch(shape):
     with pytest.raises(ValueError) as ours:
         jax_impl.optim.muon().init({"w": jnp.zeros(shape)})
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("k", [pytest.param(0, marks=pytest.mark.slow), 3])
+def test_muon_state_dict_round_trip_continues_like_torch(k):
+    """torch's state_dict after k steps, loaded with parity.convert, then 3 more steps on both sides (ns_steps=0:
+    bit-identical); and back to torch."""
+    from parity.convert import optimizer_state_from_torch, optimizer_state_to_torch
+
+    kwargs = dict(ns_steps=0, lr=0.02)
+    shapes = {"fc.weight": (4, 3), "head": (2, 5)}
+    arrays = H.make_problem(H.Problem(seed=5, shapes=shapes, steps=k + 3), "float32")
+    tparams = {n: torch.nn.Parameter(torch.from_numpy(v.copy())) for n, v in arrays.params.items()}
+    opt = torch.optim.Muon(list(tparams.values()), **kwargs)
+
+    def torch_step(grads):
+        for n, p in tparams.items():
+            p.grad = torch.from_numpy(grads[n])
+        opt.step()
+
+    for grads in arrays.grads[:k]:
+        torch_step(grads)
+    params = {"fc": {"weight": jnp.asarray(tparams["fc.weight"].detach().numpy())},
+              "head": jnp.asarray(tparams["head"].detach().numpy())}
+    state = optimizer_state_from_torch(opt.state_dict(), params, name="Muon", param_names=list(shapes))
+    tx = jax_impl.optim.muon(**kwargs)
+    for grads in arrays.grads[k:]:
+        torch_step(grads)
+        params, state = tx.step({"fc": {"weight": grads["fc.weight"]}, "head": grads["head"]}, state, params)
+    theirs = {n: p.detach().numpy() for n, p in tparams.items()}
+    assert H.bitwise_equal(theirs, {"fc.weight": np.asarray(params["fc"]["weight"]), "head": np.asarray(params["head"])})
+    back = optimizer_state_to_torch(state, params, name="Muon", param_names=list(shapes), hyperparameters=kwargs)
+    for i, n in enumerate(shapes):
+        assert np.array_equal(back["state"][i]["momentum_buffer"].numpy(), opt.state[tparams[n]]["momentum_buffer"].numpy())
