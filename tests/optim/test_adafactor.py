@@ -103,3 +103,28 @@ def test_adafactor_validation(kwargs):
 def test_adafactor_foreach_is_not_reproduced():
     with pytest.raises(NotImplementedError, match="foreach"):
         jax_impl.optim.adafactor(foreach=True)
+
+
+def test_adafactor_follows_a_torch_lr_scheduler():
+    """``lr`` as jax_impl's StepLR (a host schedule) against torch's StepLR stepped after every step: the step
+    size min(lr, 1/sqrt(t)) and the decay 1 - lr * weight_decay read the scheduled lr (lr > 1/sqrt(t) early)."""
+    from jax_impl.optim import lr_scheduler
+
+    shapes = {"weight": (3, 4), "bias": (4,)}
+    arrays = H.make_problem(H.Problem(seed=7, shapes=shapes, steps=10), "float32")
+    with H.numerics("float32"):
+        tx = jax_impl.optim.adafactor(lr=lr_scheduler.step_lr(0.8, step_size=3, gamma=0.5), weight_decay=0.1)
+        tparams = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in arrays.params.items()}
+        opt = torch.optim.Adafactor(list(tparams.values()), lr=0.8, weight_decay=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        params = {k: jnp.asarray(v) for k, v in arrays.params.items()}
+        state = tx.init(params)
+        step = jax.jit(tx.step)
+        for grads in arrays.grads:
+            for k, p in tparams.items():
+                p.grad = torch.from_numpy(grads[k])
+            opt.step()
+            sched.step()
+            params, state = step(grads, state, params)
+    theirs = {k: p.detach().numpy() for k, p in tparams.items()}
+    assert H.bitwise_equal(theirs, {k: np.asarray(v) for k, v in params.items()})

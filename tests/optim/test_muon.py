@@ -73,7 +73,7 @@ CONFIGS = [
 ]
 
 
-_DEFAULT_TIER = [("float32", 0), ("float64", 1), ("float32", 2)]
+_DEFAULT_TIER = [("float32", 0), ("float64", 1)]
 
 
 @pytest.mark.parametrize("dtype, config", [
@@ -193,3 +193,25 @@ def test_muon_state_dict_round_trip_continues_like_torch(k):
     back = optimizer_state_to_torch(state, params, name="Muon", param_names=list(shapes), hyperparameters=kwargs)
     for i, n in enumerate(shapes):
         assert np.array_equal(back["state"][i]["momentum_buffer"].numpy(), opt.state[tparams[n]]["momentum_buffer"].numpy())
+
+
+def test_muon_follows_a_torch_lr_scheduler():
+    """``lr`` as jax_impl's StepLR against torch's StepLR: the adjusted lr and the decay read the scheduled lr."""
+    from jax_impl.optim import lr_scheduler
+
+    kwargs = dict(ns_steps=0, weight_decay=0.05, adjust_lr_fn="match_rms_adamw")
+    arrays = H.make_problem(H.Problem(seed=8, shapes={"w": (5, 3)}, steps=8), "float32")
+    with H.numerics("float32"):
+        tx = jax_impl.optim.muon(lr=lr_scheduler.step_lr(0.1, step_size=3, gamma=0.5), **kwargs)
+        weight = torch.nn.Parameter(torch.from_numpy(arrays.params["w"].copy()))
+        opt = torch.optim.Muon([weight], lr=0.1, **kwargs)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        params = {"w": jnp.asarray(arrays.params["w"])}
+        state = tx.init(params)
+        step = jax.jit(tx.step)
+        for grads in arrays.grads:
+            weight.grad = torch.from_numpy(grads["w"])
+            opt.step()
+            sched.step()
+            params, state = step(grads, state, params)
+    assert H.bitwise_equal({"w": weight.detach().numpy()}, {"w": np.asarray(params["w"])})
