@@ -14,8 +14,8 @@ x86-64 CPU with AVX2 or AVX-512, contiguous input), batched over rows:
   ``n - n % lanes`` elements (product and sum rounded apart), then the lanes
   added in order, then the remaining elements in order: the compiler runs
   the first ``rem - rem % 4`` of them as rounded products (float32 only: a
-  float64 tail has under 4) and the rest as fused multiply-adds; then ``std::sqrt``. A row of
-  one element is ``abs(x)`` (``linalg_vector_norm`` returns ``abs`` when every
+  float64 tail has under 4) and the rest as fused multiply-adds; then
+  ``std::sqrt``. A row of one element is ``abs(x)`` (``linalg_vector_norm`` returns ``abs`` when every
   reduced dimension has size 1).
 - :func:`norm2_columns` (a strided reduction) adds ``x * x`` down each
   column in order, product and sum rounded apart (``binary_kernel_reduce``).
@@ -29,7 +29,12 @@ x86-64 CPU with AVX2 or AVX-512, contiguous input), batched over rows:
   are not reproduced.
 
 Sequential sums of more than a few terms are ``lax.scan`` loops, whose
-additions XLA never reassociates.
+additions XLA never reassociates. XLA contracts ``acc + x * x`` into a fused
+multiply-add only sometimes, so the fused ones are emulated (Boldo and
+Melquiond's round-to-odd sum of an exact product), and :func:`divide` gives
+torch's correctly rounded division where XLA would multiply by a reciprocal.
+:func:`two_product` and :func:`two_sum` are the error-free transformations
+they are built from.
 """
 
 from __future__ import annotations
