@@ -31,11 +31,15 @@ this comparison runs. Every sample here is a CPU sample.
 A class jax_impl lacks fails its test, except the names in ``_PENDING``.
 
 Tolerances (``max |ours - torch| / max |torch|`` per array): ``_TOL64`` and
-``_TOL32``, with the measured worst cases.
+``_TOL32``, with the measured worst cases. A float32 array beyond ``_TOL32``
+still passes within ``parity.floor.FLOOR_FACTOR`` times torch's own float32
+error against its float64 run of the same sample (the verdict ``check_port``
+and ``parity run`` give float32).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import traceback
 
@@ -58,6 +62,7 @@ torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = 
 import jax_impl.nn as jnn  # noqa: E402
 import jax_impl.nn.functional as jF  # noqa: E402
 from parity.convert import load_torch_state_dict, module_state  # noqa: E402
+from parity.floor import FLOOR_FACTOR  # noqa: E402
 from parity.port.layers import layer_source  # noqa: E402
 from tests.nn.modules._torch_pair import rel_err, seed_both  # noqa: E402
 
@@ -120,6 +125,18 @@ def _fresh_torch(value):
         return type(value)(_fresh_torch(v) for v in value)
     if isinstance(value, dict):
         return {k: _fresh_torch(v) for k, v in value.items()}
+    return value
+
+
+def _double(value):
+    """A forward argument for torch's float64 reference run: floating tensors in float64, the rest as given."""
+    if isinstance(value, torch.Tensor):
+        cast = value.detach().double() if value.is_floating_point() else value.detach()
+        return cast.clone().requires_grad_(value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_double(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _double(v) for k, v in value.items()}
     return value
 
 
@@ -209,11 +226,32 @@ def _compare_sample(mi, sample, dtype, training, failures: list, worst: dict) ->
     name = mi.module_cls.__name__
     where = f"{name} {str(dtype)[6:]} {'train' if training else 'eval'} sample {sample.desc!r}"
 
-    def record(kind, err):
+    reference = {}  # float32 samples: torch's own run in float64 on the same weights and inputs, when needed
+
+    def record(kind, err, floor=None):
         key = f"{str(dtype)[6:]} {kind}"
         worst[key] = max(worst.get(key, 0.0), err)
-        if not err <= tol:
-            failures.append(f"{where}: {kind} rel err {err:.3g} > {tol:g}")
+        if err <= tol:
+            return
+        # float32 beyond the bar still passes within FLOOR_FACTOR times torch's own float32 distance from its
+        # float64 run for that array: parity.floor's verdict, as check_port and parity run give it.
+        own = floor() if floor is not None and dtype == torch.float32 else None
+        if own is not None and err <= FLOOR_FACTOR * own:
+            worst[f"float32 {kind} by torch's floor"] = max(worst.get(f"float32 {kind} by torch's floor", 0.0), err)
+            return
+        failures.append(f"{where}: {kind} rel err {err:.3g} > {tol:g}"
+                        + (f" and > {FLOOR_FACTOR:g} x torch's own float32 error {own:.3g}" if own is not None else ""))
+
+    def torch64(part, index):
+        """``lambda: rel err of torch's float32 array against its float64 run`` for output/grad ``index``."""
+        def own():
+            if not reference:
+                reference["run"] = _torch_run(t_mod64, _double(fwd.args), _double(fwd.kwargs), np.float64)
+            theirs32 = {"out": t_outs, "in": t_in_grads, "param": t_param_grads}[part][index]
+            theirs64 = {"out": 0, "in": 1, "param": 2}[part]
+            exact = reference["run"][theirs64][index]
+            return None if theirs32 is None or exact is None else rel_err(theirs32.astype(np.float64), exact)
+        return own
 
     torch.manual_seed(0)
     t_mod = mi.module_cls(*ctor.args, **ctor.kwargs).to(dtype)
@@ -236,6 +274,7 @@ def _compare_sample(mi, sample, dtype, training, failures: list, worst: dict) ->
                 failures.append(f"{where}: lazy init of {key} differs from torch's")
 
     load_torch_state_dict(j_mod, t_mod.state_dict())
+    t_mod64 = copy.deepcopy(t_mod).double() if dtype == torch.float32 else None
     try:
         t_outs, t_in_grads, t_param_grads = _torch_run(t_mod, fwd.args, fwd.kwargs, np_dtype)
     except Exception as torch_error:  # noqa: BLE001 - torch rejects the sample: jax_impl must too
@@ -256,17 +295,18 @@ def _compare_sample(mi, sample, dtype, training, failures: list, worst: dict) ->
         elif np.issubdtype(theirs.dtype, np.floating):
             if mine.dtype != theirs.dtype:
                 failures.append(f"{where}: output {i} dtype {mine.dtype}, torch's {theirs.dtype}")
-            record("forward", rel_err(mine, theirs))
+            record("forward", rel_err(mine, theirs), torch64("out", i))
         elif not np.array_equal(mine, theirs):
             failures.append(f"{where}: integer/bool output {i} differs from torch's")
     for i, (mine, theirs) in enumerate(zip(j_in_grads, t_in_grads)):
-        record("grad input", rel_err(mine, theirs))
+        record("grad input", rel_err(mine, theirs), torch64("in", i))
     for key, theirs in t_param_grads.items():
         mine = j_param_grads.get(key)
         if mine is None:
             failures.append(f"{where}: no gradient for parameter {key}")
         else:
-            record("grad param", rel_err(mine, np.zeros_like(mine) if theirs is None else theirs))
+            record("grad param", rel_err(mine, np.zeros_like(mine) if theirs is None else theirs),
+                   torch64("param", key))
     ours = {k: np.asarray(v[...]) for k, v in module_state(j_mod).items()}
     for key, value in t_mod.state_dict().items():
         theirs = value.numpy()
