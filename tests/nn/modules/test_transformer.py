@@ -122,6 +122,11 @@ def test_decoder_layer_matches_torch(norm_first):
 TIGHT = {np.float64: 1e-12, np.float32: 1e-5}
 
 
+def _option_id(options: dict) -> str:
+    """A test id that names a function by its name: ids must be equal in every pytest-xdist worker."""
+    return ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in options.items()) or "defaults"
+
+
 @pytest.fixture
 def x64():
     with jax.enable_x64(True):
@@ -214,7 +219,7 @@ def test_transformer_init_with_custom_encoder_and_decoder():
 
 
 @pytest.mark.parametrize("dtype", _default_first([np.float64, np.float32]))
-@pytest.mark.parametrize("options", _default_first(MODEL_OPTIONS), ids=str)
+@pytest.mark.parametrize("options", _default_first(MODEL_OPTIONS), ids=lambda o: _option_id(o))
 def test_transformer_matches_torch(dtype, options):
     rng = np.random.default_rng(5)
     # The default tier's time budget: there one call (every padding mask, the causal flag) with tgt as long as
@@ -230,7 +235,7 @@ def test_transformer_matches_torch(dtype, options):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", MODEL_OPTIONS[:2], ids=str)
+@pytest.mark.parametrize("options", MODEL_OPTIONS[:2], ids=lambda o: _option_id(o))
 def test_transformer_unbatched_matches_torch(x64, options):
     rng = np.random.default_rng(6)
     t_mod, j_mod = _transformer_pair(6, np.float64, 0.0, options)
@@ -242,7 +247,7 @@ def test_transformer_unbatched_matches_torch(x64, options):
 
 
 @pytest.mark.slow  # the default tier's time budget: test_encoder_layer_dropout_uses_torchs_masks runs there
-@pytest.mark.parametrize("options", [dict(batch_first=True), dict(norm_first=True)], ids=str)
+@pytest.mark.parametrize("options", [dict(batch_first=True), dict(norm_first=True)], ids=lambda o: _option_id(o))
 def test_transformer_dropout_uses_torchs_masks(x64, options):
     """Train mode, dropout 0.2 everywhere (attention weights, residual branches, feed-forward): torch's masks."""
     rng = np.random.default_rng(7)
