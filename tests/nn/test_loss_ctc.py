@@ -17,6 +17,7 @@ ULP). Bounds: ``F64 = 1e-12`` (the brief's float64 bound), ``F32 = 2e-6``
 from __future__ import annotations
 
 import itertools
+import random
 
 import jax
 import jax.numpy as jnp
@@ -106,9 +107,14 @@ FAST = [
 ]
 
 
+# The slow tier: a seeded quarter of the rest of the grid (36 of 139 compilations; every option value occurs
+# in it many times), to keep CI's slow tier in its budget.
+SLOW = random.Random(0).sample([case for case in GRID if case not in FAST], 36)
+
+
 @pytest.mark.parametrize(
     "dtype,reduction,zero_infinity,concatenated,blank,impossible",
-    FAST + [pytest.param(*case, marks=pytest.mark.slow) for case in GRID if case not in FAST],
+    FAST + [pytest.param(*case, marks=pytest.mark.slow) for case in SLOW],
 )
 def test_ctc_loss_matches_torch(dtype, reduction, zero_infinity, concatenated, blank, impossible):
     bound = F64 if dtype == torch.float64 else F32

@@ -90,7 +90,7 @@ def test_random_grid_matches_torch(nd, dtype):
     np_dtype = _DTYPES[dtype][0]
     rng = np.random.default_rng(nd)
     with _x64(dtype):
-        for case in range(25):
+        for case in range(12):  # 12 random configurations per dimension and dtype: CI's slow tier has a budget
             spatial = tuple(int(v) for v in rng.integers(3, 14, nd))
             # The 3-d kernel wants out + k - 1 < size (strictly), the 2-d one <=.
             strict = int(nd == 3)
