@@ -44,6 +44,9 @@ from jax_impl import amp
 from jax_impl.kernels import div_scalar, rounded, runtime_zero_of
 from jax_impl.nn._functional_activation import logsigmoid
 from jax_impl.nn._functional_loss import legacy_get_string
+# torch's CPU mean (a correctly rounded division by the count) and apply_loss_reduction, shared with the other losses
+from jax_impl.nn._loss_ops import divide_by_count as _div_count
+from jax_impl.nn._loss_ops import reduce as _reduce
 
 Array = jax.Array
 
@@ -121,33 +124,6 @@ def _floating(*arrays: Array) -> jnp.dtype:
 def _scalar(value: float, dtype) -> Array:
     """A Python number as torch's CPU kernels see it: ``scalar_t(value)``."""
     return jnp.asarray(np.asarray(value, dtype=np.float64).astype(dtype))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _div_count(a: Array, count: int) -> Array:
-    """``a / count`` correctly rounded, as torch's CPU ``div`` by a scalar; backward ``g / count`` likewise.
-
-    XLA:CPU turns a division by a scalar into a product with its reciprocal;
-    :func:`jax_impl.kernels.div_scalar` adds the correction step.
-    """
-    # Rounding ``a`` keeps XLA from merging an earlier scalar factor with ``1 / count``; the barrier
-    # keeps it from folding the correction for a constant ``count``.
-    a = rounded(a, runtime_zero_of(a))
-    c = lax.optimization_barrier(_scalar(count, a.dtype))
-    # The correction step turns an infinite quotient into inf - inf = NaN.
-    return jnp.where(jnp.isfinite(a), div_scalar(a, c), a / c)
-
-
-_div_count.defvjp(lambda a, count: (_div_count(a, count), None), lambda count, _, g: (_div_count(g, count),))
-
-
-def _reduce(loss: Array, reduction: str) -> Array:
-    """Loss.cpp ``apply_loss_reduction``: ``mean`` is ``sum() / numel`` (ReduceOps.cpp ``mean_out``)."""
-    if reduction == "mean":
-        return _div_count(jnp.sum(loss), loss.size)
-    if reduction == "sum":
-        return jnp.sum(loss)
-    return loss
 
 
 @jax.custom_jvp
