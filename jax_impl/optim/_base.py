@@ -151,13 +151,25 @@ TorchTransformation.step.__doc__ = (
 )
 
 
+_UNREPRODUCED_FLAGS = {
+    "capturable": "torch's capturable path keeps the step count and the bias corrections as device tensors "
+                  "(tensor arithmetic in the parameter dtype instead of Python float64 host scalars)",
+    "differentiable": "torch's differentiable path records the step in autograd, with its own operation order",
+}
+
+
 def check_torch_only_flags(**flags: Any) -> None:
-    """Rejects torch execution-path flags that change the arithmetic (foreach/fused/...)."""
+    """Rejects torch execution-path flags whose arithmetic is not reproduced (capturable, differentiable, ...).
+
+    ``foreach`` is not one of them: each optimizer reproduces torch's
+    multi-tensor CPU path itself and passes only the other flags here.
+    """
     for name, value in flags.items():
         if value:
+            reason = _UNREPRODUCED_FLAGS.get(name, f"torch's {name} path changes the operation order")
             raise NotImplementedError(
-                f"{name}={value!r}: only torch's default single-tensor CPU path is reproduced "
-                f"(foreach/fused/capturable/differentiable change torch's operation order)"
+                f"{name}={value!r} is not supported: only torch's single-tensor and foreach (multi-tensor) "
+                f"CPU paths are reproduced; {reason}"
             )
 
 

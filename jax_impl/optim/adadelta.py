@@ -41,12 +41,17 @@ def adadelta(
 
     The step always descends (``optax.adadelta`` with its default
     ``learning_rate=None`` ascends).
+
+    ``foreach=True`` (torch's multi-tensor path) is the same arithmetic on CPU:
+    torch's ``_foreach_*`` kernels run the single-tensor kernels one tensor at
+    a time, in this order, with the same host scalars, so every ``foreach``
+    gives this result.
     """
     check_non_negative(lr, "Invalid learning rate: {}")
     check_range(rho, 0.0, 1.0, "Invalid rho value: {}")
     check_non_negative(eps, "Invalid epsilon value: {}")
     check_non_negative(weight_decay, "Invalid weight_decay value: {}")
-    check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
+    check_torch_only_flags(capturable=capturable, differentiable=differentiable)
 
     def host_scalars(step, h, sstate):
         return {"neg_lr": -h["lr"], "rho": h["rho"], "one_minus_rho": 1 - h["rho"], "eps": h["eps"], "weight_decay": h["weight_decay"]}, {}

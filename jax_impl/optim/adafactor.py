@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.optim._base import (
-    Hyperparameter, TorchTransformation, check_torch_only_flags, is_host_schedule, torch_optimizer,
+    Hyperparameter, TorchTransformation, is_host_schedule, torch_optimizer,
 )
 from jax_impl.optim._cpu_reductions import divide, norm2_columns, norm2_rows, sum_rows
 from jax_impl.optim._transforms import negate_if
@@ -37,7 +37,7 @@ def adafactor(
     foreach: bool | None = None,
     maximize: bool = False,
 ) -> TorchTransformation:
-    r"""``torch.optim.Adafactor``, step for step as torch's single-tensor CPU path.
+    r"""``torch.optim.Adafactor``, step for step as torch's single-tensor or (``foreach=True``) multi-tensor CPU path.
 
     .. math::
         \hat\beta_{2,t} &= 1 - t^{\tau}, \quad \rho_t = \min(\gamma, 1/\sqrt t), \quad
@@ -61,6 +61,11 @@ def adafactor(
     callback. ``ε₁ = None`` is ``torch.finfo(dtype).eps`` of each parameter's
     dtype (torch takes the first parameter's, the same for a tree of one dtype).
 
+    ``foreach=True`` follows torch's multi-tensor path, which differs in the
+    last operation only: it rounds the scaled update ``U · (-α_t / max(1,
+    RMS(U)/d))`` into its own tensor and then adds it to ``p`` (two
+    roundings), where the single-tensor ``p.add_(U, alpha=...)`` is one FMA.
+
     Args:
       lr: γ, the cap of the relative step size and the weight decay factor
         (float or host schedule).
@@ -70,7 +75,8 @@ def adafactor(
       d: the clipping threshold on the update RMS, >= 1.
       weight_decay: λ, decoupled, scaled by γ.
       maximize: ascend instead of descend.
-      foreach: torch's execution-path flag; only the default is reproduced.
+      foreach: torch's multi-tensor path (``True``) or the single-tensor one
+        (``None``, torch's CPU default, or ``False``).
     """
     if not callable(lr) and not 0.0 <= lr:
         raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
@@ -85,7 +91,7 @@ def adafactor(
         raise ValueError(f"Clipping threshold d should be >= 1 but is: {d}")
     if not 0.0 <= weight_decay:
         raise ValueError(f"weight_decay should be >= 0 but is: {weight_decay}")
-    check_torch_only_flags(foreach=foreach)
+    multi_tensor = bool(foreach)
     if callable(lr) and not is_host_schedule(lr):
         raise NotImplementedError(
             "adafactor: lr must be a float or a host schedule (jax_impl.optim.host_schedule / lr_scheduler): "
@@ -145,6 +151,8 @@ def adafactor(
         scale = jax.pure_callback(
             lambda s, a, b: host_alpha(s, a, b, int(np.prod(p.shape, dtype=np.int64)), dtype),
             jax.ShapeDtypeStruct((), p.dtype), step, param_norm, update_norm, vmap_method="sequential")
+        if multi_tensor:  # _foreach_mul_(updates, alphas), then _foreach_add_(params, updates)
+            return p + ops.mul(update, scale), row_var, col_var, variance
         return ops.add(p, update, scale), row_var, col_var, variance
 
     return torch_optimizer(

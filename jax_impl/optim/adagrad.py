@@ -42,13 +42,18 @@ def adagrad(
     ``γ̃`` is a float64 host scalar. Unlike ``optax.adagrad`` the accumulator
     starts at ``initial_accumulator_value`` (0) and ``eps`` (1e-10) is outside
     the square root. Sparse gradients are not supported (JAX has none here).
+
+    ``foreach=True`` (torch's multi-tensor path) is the same arithmetic on CPU:
+    it rounds ``-γ̃ g`` into its own tensor and adds ``that / std``, which is
+    what ``addcdiv_(g, std, value=-γ̃)`` computes, so every ``foreach`` gives
+    this result.
     """
     check_non_negative(lr, "Invalid learning rate: {}")
     check_non_negative(lr_decay, "Invalid lr_decay value: {}")
     check_non_negative(weight_decay, "Invalid weight_decay value: {}")
     check_non_negative(initial_accumulator_value, "Invalid initial_accumulator_value value: {}")
     check_non_negative(eps, "Invalid epsilon value: {}")
-    check_torch_only_flags(foreach=foreach, differentiable=differentiable, fused=fused)
+    check_torch_only_flags(differentiable=differentiable, fused=fused)
 
     def host_scalars(step, h, sstate):
         clr = h["lr"] / (1 + (float(step) - 1) * h["lr_decay"])

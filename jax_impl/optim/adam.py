@@ -60,7 +60,11 @@ def adam(
       amsgrad: keep the running maximum of the raw ``v``.
       maximize: ascend instead of descend.
       decoupled_weight_decay: AdamW's decay ``p ← p(1 - γλ)`` before the step.
-      foreach, capturable, differentiable, fused: torch execution-path flags;
+      foreach: ``True`` is torch's multi-tensor path, the same arithmetic on
+        CPU (torch's ``_foreach_*`` kernels run these kernels one tensor at a
+        time, in this order, with the same host scalars): every ``foreach``
+        gives this result.
+      capturable, differentiable, fused: torch execution-path flags;
         only the default is reproduced.
     """
     beta1, beta2 = betas
@@ -69,7 +73,7 @@ def adam(
         # torch/optim/adam.py checks this after the range checks (a schedule counts as a float here).
         raise ValueError("betas must be either both floats or both Tensors")
     small_weight = lerp_branch_of_one_minus(beta1)
-    check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused)
+    check_torch_only_flags(capturable=capturable, differentiable=differentiable, fused=fused)
 
     def host_scalars(step, h, sstate):
         t = float(step)  # torch reads its float32 step tensor with .item()

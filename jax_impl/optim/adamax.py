@@ -40,11 +40,16 @@ def adamax(
         p \leftarrow p - \frac{\gamma}{1-\beta_1^t}\,\frac{m}{u}
 
     No square root: float32 results are bit-identical to torch's.
+
+    ``foreach=True`` (torch's multi-tensor path) is the same arithmetic on CPU:
+    torch's ``_foreach_*`` kernels run the single-tensor kernels one tensor at
+    a time, in this order, with the same host scalars, so every ``foreach``
+    gives this result.
     """
     beta1, beta2 = betas
     check_adam_family(lr, eps, betas, weight_decay)
     small_weight = lerp_branch_of_one_minus(beta1)
-    check_torch_only_flags(foreach=foreach, differentiable=differentiable, capturable=capturable)
+    check_torch_only_flags(differentiable=differentiable, capturable=capturable)
 
     def host_scalars(step, h, sstate):
         clr = h["lr"] / (1 - h["beta1"] ** float(step))

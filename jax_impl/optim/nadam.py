@@ -37,7 +37,7 @@ def nadam(
     capturable: bool = False,
     differentiable: bool = False,
 ) -> TorchTransformation:
-    r"""``torch.optim.NAdam``, step for step as torch's single-tensor CPU path.
+    r"""``torch.optim.NAdam``, step for step as torch's single-tensor or (``foreach=True``) multi-tensor CPU path.
 
     .. math::
         \mu_t &= \beta_1 (1 - \tfrac12\, 0.96^{t\psi}), \qquad
@@ -50,15 +50,24 @@ def nadam(
     schedule). ``mu_product`` is rounded to float32 every step, as torch
     keeps it in a float32 tensor.
 
+    ``foreach=True`` follows torch's multi-tensor path, which takes the square
+    root before the bias correction: ``d = √v / √(1-β₂ᵗ) + ε`` (an IEEE
+    division by the float64 host scalar ``√(1-β₂ᵗ)``, rounded to the dtype)
+    instead of ``√(v / (1-β₂ᵗ)) + ε``. Everything else (moments, the float32
+    ``mu_product``, both step sizes) is the single-tensor arithmetic.
+
     Args:
       momentum_decay: ψ.
       decoupled_weight_decay: NAdamW-style ``p ← p(1 - γλ)``.
+      foreach: torch's multi-tensor path (``True``) or the single-tensor one
+        (``None``, torch's CPU default, or ``False``).
     """
     beta1, beta2 = betas
     small_weight = lerp_branch_of_one_minus(beta1)
     check_adam_family(lr, eps, betas, weight_decay)
     check_non_negative(momentum_decay, "Invalid momentum_decay value: {}")
-    check_torch_only_flags(foreach=foreach, capturable=capturable, differentiable=differentiable)
+    check_torch_only_flags(capturable=capturable, differentiable=differentiable)
+    multi_tensor = bool(foreach)
 
     def host_scalars(step, h, sstate):
         lr_, b1, b2, psi = h["lr"], h["beta1"], h["beta2"], h["momentum_decay"]
@@ -71,6 +80,7 @@ def nadam(
         return {
             **adam_family_scalars(h),
             "bias_correction2": bias_correction2,
+            "bias_correction2_sqrt": bias_correction2**0.5,
             "grad_coef": -lr_ * (1.0 - mu) / (1.0 - float(mu_product)),
             "exp_avg_coef": (-lr_ * mu_next) / (1.0 - mu_product_next),
         }, {"mu_product": mu_product}
@@ -81,7 +91,10 @@ def nadam(
     def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)
         exp_avg, exp_avg_sq = adam_moments(ops, c, g, exp_avg, exp_avg_sq, small_weight)
-        denom = ops.sqrt(ops.div_scalar(exp_avg_sq, c["bias_correction2"])) + c["eps"]
+        if multi_tensor:  # torch's _foreach_sqrt, then _foreach_div_ by the host list of sqrt(1 - beta2**t)
+            denom = ops.div_scalar(ops.sqrt(exp_avg_sq), c["bias_correction2_sqrt"]) + c["eps"]
+        else:
+            denom = ops.sqrt(ops.div_scalar(exp_avg_sq, c["bias_correction2"])) + c["eps"]
         p = ops.addcdiv(p, g, denom, value=c["grad_coef"])
         p = ops.addcdiv(p, exp_avg, denom, value=c["exp_avg_coef"])
         return p, exp_avg, exp_avg_sq

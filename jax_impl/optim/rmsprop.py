@@ -50,6 +50,11 @@ def rmsprop(
     ``eps`` is added *after* the square root and ``alpha`` defaults to 0.99,
     both unlike ``optax.rmsprop``; the momentum buffer holds unscaled steps, so
     a learning-rate schedule acts on it as in torch.
+
+    ``foreach=True`` (torch's multi-tensor path) is the same arithmetic on CPU:
+    torch's ``_foreach_*`` kernels run the single-tensor kernels one tensor at
+    a time, in this order, with the same host scalars, so every ``foreach``
+    gives this result.
     """
     check_non_negative(lr, "Invalid learning rate: {}")
     check_non_negative(eps, "Invalid epsilon value: {}")
@@ -57,7 +62,7 @@ def rmsprop(
     check_non_negative(weight_decay, "Invalid weight_decay value: {}")
     check_non_negative(alpha, "Invalid alpha value: {}")
     small_weight = lerp_branch_of_one_minus(alpha)
-    check_torch_only_flags(capturable=capturable, foreach=foreach, differentiable=differentiable)
+    check_torch_only_flags(capturable=capturable, differentiable=differentiable)
     use_momentum = callable(momentum) or momentum > 0
 
     def host_scalars(step, h, sstate):

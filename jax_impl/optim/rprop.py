@@ -40,6 +40,11 @@ def rprop(
     Unlike ``optax.rprop`` the first step moves (``g_prev = 0`` gives factor 1)
     and a first-step ``lr`` outside ``step_sizes`` is clamped. ``lr`` is the
     initial step size Δ, so it cannot be a schedule.
+
+    ``foreach=True`` (torch's multi-tensor path) is the same arithmetic on CPU:
+    torch's ``_foreach_*`` kernels run the single-tensor kernels one tensor at
+    a time, in this order, with the same host scalars, so every ``foreach``
+    gives this result.
     """
     etaminus, etaplus = etas
     step_size_min, step_size_max = step_sizes
@@ -49,7 +54,7 @@ def rprop(
         raise ValueError(f"Invalid learning rate: {lr}")
     if not 0.0 < etaminus < 1.0 < etaplus:
         raise ValueError(f"Invalid eta values: {etaminus}, {etaplus}")
-    check_torch_only_flags(capturable=capturable, foreach=foreach, differentiable=differentiable)
+    check_torch_only_flags(capturable=capturable, differentiable=differentiable)
 
     def host_scalars(step, h, sstate):
         return {"etaminus": etaminus, "etaplus": etaplus, "step_size_min": step_size_min, "step_size_max": step_size_max}, {}

@@ -53,7 +53,10 @@ def sgd(
       weight_decay: λ, coupled L2 added to the gradient.
       nesterov: Nesterov momentum (needs momentum > 0 and dampening 0).
       maximize: ascend instead of descend.
-      foreach, differentiable, fused: torch execution-path flags; only the
+      foreach: ``True`` is torch's multi-tensor path, the same arithmetic on
+        CPU (the same kernels one tensor at a time, in this order): every
+        ``foreach`` gives this result.
+      differentiable, fused: torch execution-path flags; only the
         default (``None``/``False``) is reproduced.
     """
     # torch's SGD checks `x < 0.0` (NaN passes), unlike the other optimizers.
@@ -62,7 +65,7 @@ def sgd(
     check_not_negative(weight_decay, "Invalid weight_decay value: {}")
     if nesterov and (not callable(momentum) and momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-    check_torch_only_flags(foreach=foreach, differentiable=differentiable, fused=fused)
+    check_torch_only_flags(differentiable=differentiable, fused=fused)
     use_momentum = callable(momentum) or momentum != 0
 
     def host_scalars(step, h, sstate):

@@ -100,11 +100,6 @@ def test_adafactor_validation(kwargs):
         jax_impl.optim.adafactor(**kwargs)
 
 
-def test_adafactor_foreach_is_not_reproduced():
-    with pytest.raises(NotImplementedError, match="foreach"):
-        jax_impl.optim.adafactor(foreach=True)
-
-
 def test_adafactor_follows_a_torch_lr_scheduler():
     """``lr`` as jax_impl's StepLR (a host schedule) against torch's StepLR stepped after every step: the step
     size min(lr, 1/sqrt(t)) and the decay 1 - lr * weight_decay read the scheduled lr (lr > 1/sqrt(t) early)."""
