@@ -21,14 +21,25 @@ def __getattr__(name: str):
         import parity.port
 
         return parity.port
+    if name in ("Recorder", "optimizer_record"):
+        from parity import recorder
+
+        return getattr(recorder, name)
+    if name == "compare_runs":
+        from parity.compare_recordings import compare_runs
+
+        return compare_runs
     raise AttributeError(f"module 'parity' has no attribute {name!r}")
 
 __all__ = [
     "ComparisonReport",
     "LeafReport",
+    "Recorder",
     "__version__",
     "assert_parity",
     "compare",
+    "compare_runs",
+    "optimizer_record",
     "port",
     "run_experiment",
     "seed_everything",

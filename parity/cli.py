@@ -13,6 +13,8 @@ Subcommands are wired only once they work:
   JAX side by side, per layer (output shape, parameter count).
 - ``parity port MODULE:FACTORY --input-shape N,C,H,W -o twin.py``: writes the
   torch model's ``jax_impl`` twin and checks it (exit 1 when they differ).
+- ``parity compare RUN_A RUN_B [--floor RUN_F64] [--rtol X] [--out DIR]``: two
+  recordings (``parity.Recorder``) compared step by step (exit 1 when they part).
 
 Exit codes (``parity --help`` lists them too):
 
@@ -158,6 +160,26 @@ def build_parser() -> argparse.ArgumentParser:
                        "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless GLIBC_TUNABLES is set)")
     bench.set_defaults(handler=_bench)
 
+    compare = commands.add_parser(
+        "compare",
+        help="compare two recordings (parity.Recorder folders) step by step and report where they part",
+        description="Read two recordings of the same loop (RUN_A: torch's, the reference; RUN_B: the port's), "
+        "compare every name at every step both recorded, and write parity run's report (report.json, "
+        "report.md, plots). Exit 0 when no name parts beyond --rtol (or, with --floor, beyond 5x torch's own "
+        "float32 distance), 1 when one does, 2 on bad input.",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compare.add_argument("run_a", metavar="RUN_A", help="the reference recording's folder (torch's run)")
+    compare.add_argument("run_b", metavar="RUN_B", help="the recording to compare with it")
+    compare.add_argument("--floor", metavar="RUN_F64",
+                         help="a float64 recording of RUN_A's loop: torch's own float32 distance per name")
+    compare.add_argument("--rtol", type=float, default=None, metavar="X",
+                         help="tolerance on max |b - a| / max |a| (default 1e-10 for two float64 recordings, "
+                         "else 1e-4)")
+    compare.add_argument("--out", metavar="DIR",
+                         help="where the report goes (default runs/compare-<A>-vs-<B>-<timestamp>/)")
+    compare.set_defaults(handler=_compare)
+
     from parity.port.cli import add_parser as add_port_parser
 
     add_port_parser(commands)
@@ -295,6 +317,24 @@ def _run(args: argparse.Namespace) -> int:
         print(render_markdown(report))
         print(f"run folder: {report.run_dir}", flush=True)
     except BrokenPipeError:  # `parity run | head`: the reader left; the verdict still decides the exit code
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK if report.passed else EXIT_DIVERGED
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from parity.compare_recordings import compare_runs, render_recordings_markdown, write_recordings_report
+    from parity.files import make_run_folder
+
+    if args.rtol is not None and not args.rtol >= 0:
+        raise ConfigError(f"--rtol must be >= 0, got {args.rtol}")
+    report = compare_runs(args.run_a, args.run_b, floor=args.floor, rtol=args.rtol)  # bad input: nothing written
+    names = (Path(args.run_a).resolve().name, Path(args.run_b).resolve().name)
+    out = Path(args.out) if args.out else make_run_folder("runs", f"compare-{names[0]}-vs-{names[1]}")
+    write_recordings_report(report, out)
+    try:
+        print(render_recordings_markdown(report))
+        print(f"report folder: {out}", flush=True)
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if report.passed else EXIT_DIVERGED
 

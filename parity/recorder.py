@@ -1,0 +1,435 @@
+"""Record a training loop's numbers, step by step, in torch or in JAX: :class:`Recorder`.
+
+The same loop written twice (a torch script and its ``jax_impl`` + ``flax.nnx`` port) records the same
+names on both sides; :func:`parity.compare_runs` then reads the two folders and writes the report
+``parity run`` writes. ::
+
+    with parity.Recorder("runs/gan-torch", framework="torch", keep_every=100) as rec:
+        for i in range(steps):
+            ...
+            rec.step(i, loss_d=errD, loss_g=errG, netG=netG, netD=netD, optD=optimizerD)
+
+Names. A value's name is its keyword; a container's entries are ``<keyword>.<key>``:
+
+- Python numbers and 0-d tensors/arrays given directly (or in dicts/lists) are *scalars*;
+- ``torch.Tensor``, ``jax.Array`` and ``np.ndarray`` are *tensors*;
+- a ``torch.nn.Module`` is its ``state_dict()``: ``netG.<key>``;
+- a ``flax.nnx.Module`` is its state under torch's ``state_dict`` keys, as
+  :func:`parity.convert.to_torch_state_dict` names them: ``netG.<key>``, the same names as torch's;
+- dicts, lists and tuples: their entries, names joined with ``"."``;
+- a ``torch.optim.Optimizer`` is its ``state_dict()``: ``<name>.state.<param index>.<key>`` (tensors) and
+  the scalar ``<name>.lr``, param group 0's learning rate (``<name>.lr.<g>`` for group ``g >= 1``);
+- a ``jax_impl.optim`` state is recorded through :func:`optimizer_record`, which writes it in torch's
+  ``state_dict`` layout (:func:`parity.convert.optimizer_state_to_torch`), so its names are torch's.
+
+Everything inside a module or an optimizer state counts as a tensor, 0-d entries (``step``,
+``num_batches_tracked``) included: the state is kept with the tensors.
+
+Keep policy. Scalars are kept at every step. Tensors are kept at the first recorded step, every step
+``i`` with ``i % keep_every == 0``, every step in ``keep_steps`` (e.g. ``range(4290, 4301)`` around a
+step a first comparison found divergent), and the last recorded step (written at :meth:`Recorder.close`:
+with ``keep_last`` the recorder copies each step's tensors that it does not keep, to have the last).
+
+Files (:mod:`parity.recording` describes them): ``meta.json``, ``scalars.jsonl`` (a line per step,
+flushed as the step is recorded) and ``tensors/step-<i>.safetensors`` (written atomically). A recording
+interrupted at any point reads back up to its last complete step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import numbers
+import os
+import platform
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parity.files import atomic_write
+from parity.recording import FORMAT, META, SCALARS, TENSORS, VERSION, encode_number, tensor_file, tensors_to_bytes
+
+__all__ = ["OptimizerRecord", "Recorder", "optimizer_record"]
+
+
+class OptimizerRecord:
+    """An optimizer state in torch's ``state_dict`` layout, recorded under torch's names.
+
+    Made by :func:`optimizer_record` from a ``jax_impl.optim`` state; a ``torch.optim.Optimizer`` given
+    to :meth:`Recorder.step` is recorded the same way from its own ``state_dict()``.
+    """
+
+    def __init__(self, state_dict: Mapping[str, Any]) -> None:
+        self.state_dict = state_dict
+
+
+def optimizer_record(opt_state: Any, params: Any, *, name: str, hyperparameters: Mapping[str, Any] | None = None,
+                     param_names: Sequence[str] | None = None, groups: Sequence[Sequence[str]] | None = None,
+                     group_hyperparameters: Sequence[Mapping[str, Any]] | None = None) -> OptimizerRecord:
+    """A ``jax_impl.optim`` state, to record under the names torch's optimizer ``state_dict()`` gives.
+
+    Args:
+      opt_state: the ``jax_impl.optim`` state (``tx.init(params)`` and its successors).
+      params: the ``flax.nnx`` model the optimizer trains, or its parameter pytree
+        (``nnx.state(model, nnx.Param)``).
+      name: torch's optimizer class name (``"Adam"``, ``"SGD"``, ...).
+      hyperparameters: the torch keyword arguments the optimizer was built with (``{"lr": 2e-4,
+        "betas": (0.5, 0.999)}``), with a schedule's current value: they fill ``param_groups`` (so
+        ``<name>.lr``) and decide which buffers torch keeps.
+      param_names: torch's parameter names in torch's ``parameters()`` order (``"0.weight"``, ...): the
+        order that numbers torch's state. Default for a model: the order in which its modules assign
+        their parameters and submodules in ``__init__``, torch's registration order for a model written
+        as its torch twin (a plain parameter pytree has no such order: pass the names).
+      groups, group_hyperparameters: for ``jax_impl.optim.param_groups``: per torch param group, its
+        parameters' torch names in its order, and its keyword arguments.
+
+    Returns:
+      An :class:`OptimizerRecord` to pass to :meth:`Recorder.step`.
+
+    Raises:
+      ValueError: the model's parameter order cannot be read, or a name is not one of its parameters.
+    """
+    from flax import nnx
+
+    from parity.convert import grouped_optimizer_state_to_torch, optimizer_state_to_torch
+
+    if isinstance(params, nnx.Module):
+        if param_names is None and groups is None:
+            param_names = torch_parameter_order(params)
+        params = nnx.state(params, nnx.Param)
+    leaves = _leaf_names(params)
+    if groups is not None:
+        if group_hyperparameters is None or len(group_hyperparameters) != len(groups):
+            raise ValueError("groups needs group_hyperparameters: one mapping per group")
+        return OptimizerRecord(grouped_optimizer_state_to_torch(
+            opt_state, params, name=name, groups=[[_leaf_for(n, leaves) for n in g] for g in groups],
+            hyperparameters=list(group_hyperparameters)))
+    resolved = None if param_names is None else [_leaf_for(n, leaves) for n in param_names]
+    return OptimizerRecord(optimizer_state_to_torch(opt_state, params, name=name, param_names=resolved,
+                                                    hyperparameters=hyperparameters))
+
+
+def torch_parameter_order(model: Any) -> list[str]:
+    """The parameters of a ``flax.nnx`` model under torch's names, in the order its ``__init__`` methods
+    assign them (attributes in assignment order, submodules depth first): torch's ``named_parameters()``
+    order for a model that registers its parameters as its torch twin does.
+
+    Raises:
+      ValueError: some parameter is not reachable through module attributes (lists, dicts) in that order.
+    """
+    from flax import nnx
+
+    order: list[str] = []
+    seen: set[int] = set()
+
+    def walk(obj: Any, prefix: str) -> None:
+        items = obj.items() if isinstance(obj, Mapping) else enumerate(obj) if isinstance(obj, (list, tuple)) \
+            else vars(obj).items()
+        for key, value in items:
+            name = f"{prefix}{key}"
+            if isinstance(value, nnx.Param):
+                if id(value) not in seen:  # torch lists a shared parameter once, at its first name
+                    seen.add(id(value))
+                    order.append(name)
+            elif isinstance(value, (nnx.Module, list, tuple, Mapping)) or type(value).__name__ in ("List", "Dict"):
+                walk(value, name + ".")
+
+    walk(model, "")
+    expected = [".".join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))]
+    if sorted(order) != sorted(expected):
+        raise ValueError(f"cannot tell torch's parameter order of {type(model).__name__} from its attributes "
+                         f"(found {order}, its parameters are {expected}); pass param_names in torch's "
+                         "parameters() order")
+    return order
+
+
+def _leaf_names(params: Any) -> list[str]:
+    import jax
+
+    def key(entry: Any) -> str:
+        for attr in ("key", "idx", "name"):
+            if hasattr(entry, attr):
+                return str(getattr(entry, attr))
+        return str(entry)
+
+    return [".".join(key(e) for e in path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+
+def _leaf_for(name: str, leaves: list[str]) -> str:
+    """The pytree leaf path of torch's parameter ``name`` (an ``nnx.State`` leaf ends in ``.value``)."""
+    for candidate in (name, f"{name}.value"):
+        if candidate in leaves:
+            return candidate
+    raise ValueError(f"{name!r} is not a parameter of the optimizer's params (leaves: {leaves})")
+
+
+class Recorder:
+    """Records a training loop's scalars and tensors in a folder, step by step (see the module docstring).
+
+    Args:
+      folder: the recording's folder; created, and it must not hold a recording already.
+      framework: which side this is, ``"torch"`` or ``"jax"`` (any short name; the report shows it).
+      keep_every: tensors are kept at every step ``i`` with ``i % keep_every == 0`` (and the first and last).
+      keep_steps: further steps whose tensors are kept.
+      keep_last: keep the last recorded step's tensors (the recorder copies each step's tensors it does not
+        keep until the next step; ``False`` saves that copy on a big model).
+      meta: JSON-serializable facts about the run (``{"dtype": "float64", "seed": 0}``); its ``dtype`` is
+        the recording's, else the first floating value's dtype is.
+
+    Raises:
+      FileExistsError: ``folder`` holds a recording already.
+      ValueError: bad arguments (``keep_every < 1``, a ``meta`` that is not JSON).
+    """
+
+    def __init__(self, folder: str | os.PathLike, framework: str, *, keep_every: int = 100,
+                 keep_steps: Iterable[int] = (), keep_last: bool = True, meta: Mapping[str, Any] | None = None
+                 ) -> None:
+        if not isinstance(framework, str) or not framework:
+            raise ValueError(f"framework must be a non-empty string such as 'torch' or 'jax', got {framework!r}")
+        if isinstance(keep_every, bool) or not isinstance(keep_every, int) or keep_every < 1:
+            raise ValueError(f"keep_every must be an integer >= 1, got {keep_every!r}")
+        meta = dict(meta or {})
+        try:
+            json.dumps(meta, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"meta must be JSON-serializable: {error}") from None
+        self.folder = Path(folder)
+        if (self.folder / META).exists():
+            raise FileExistsError(f"{self.folder} holds a recording already; record into a new folder")
+        (self.folder / TENSORS).mkdir(parents=True, exist_ok=True)
+        self.keep_every, self.keep_steps, self.keep_last = keep_every, frozenset(int(s) for s in keep_steps), keep_last
+        self._meta: dict[str, Any] = {
+            "format": FORMAT, "version": VERSION, "framework": framework, "dtype": meta.get("dtype"),
+            "keep_every": keep_every, "keep_steps": sorted(self.keep_steps), "versions": _versions(),
+            "meta": meta, "names": {}, "status": "recording", "first_step": None, "last_step": None, "steps": 0,
+            "tensor_steps": [], "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        }
+        self._write_meta()
+        self._scalars = open(self.folder / SCALARS, "a", encoding="utf-8")  # noqa: SIM115 - open until close()
+        self._pending: tuple[int, dict[str, Any]] | None = None
+        self._closed = False
+
+    # -- recording
+
+    def step(self, i: int, **values: Any) -> None:
+        """Record step ``i``'s values (see the module docstring for names and kinds).
+
+        Raises:
+          ValueError: ``i`` does not increase, two values share a name, or the recorder is closed.
+          TypeError: a value of a kind the recorder does not know.
+        """
+        if self._closed:
+            raise ValueError("the recorder is closed")
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"step must be an integer, got {type(i).__name__}")
+        i = int(i)
+        last = self._meta["last_step"]
+        if last is not None and i <= last:
+            raise ValueError(f"steps must increase: step {i} after step {last}")
+        scalars: dict[str, float | int] = {}
+        tensors: dict[str, Any] = {}
+        for key, value in values.items():
+            _flatten(value, key, scalars, tensors, in_state=False)
+        self._add_names(scalars, tensors)
+        first = last is None
+        if first or i % self.keep_every == 0 or i in self.keep_steps:
+            self._write_tensors(i, {k: _to_numpy(v) for k, v in tensors.items()})
+            self._pending = None
+        elif self.keep_last:
+            self._pending = (i, {k: _snapshot(v) for k, v in tensors.items()})
+        line = {"step": i, "scalars": {k: encode_number(_scalar(v, k)) for k, v in scalars.items()}}
+        self._scalars.write(json.dumps(line, allow_nan=False) + "\n")
+        self._scalars.flush()
+        self._meta["last_step"] = i
+        self._meta["steps"] += 1
+        if first:
+            self._meta["first_step"] = i
+
+    def close(self, status: str = "complete") -> None:
+        """Write the last step's tensors (unless kept already) and the final ``meta.json``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._pending is not None:
+                step, tensors = self._pending
+                self._write_tensors(step, {k: _to_numpy(v) for k, v in tensors.items()})
+                self._pending = None
+        finally:
+            self._scalars.close()
+            self._meta["status"] = status
+            self._write_meta()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        self.close("complete" if kind is None else f"stopped by {kind.__name__}")
+
+    # -- files
+
+    def _write_tensors(self, step: int, tensors: dict[str, np.ndarray]) -> None:
+        if not tensors:
+            return
+        atomic_write(tensor_file(self.folder, step), tensors_to_bytes(tensors, step))
+        self._meta["tensor_steps"].append(step)
+
+    def _write_meta(self) -> None:
+        atomic_write(self.folder / META, json.dumps(self._meta, indent=1, allow_nan=False))
+
+    def _add_names(self, scalars: dict[str, Any], tensors: dict[str, Any]) -> None:
+        names = self._meta["names"]
+        clash = set(scalars) & set(tensors)
+        if clash:
+            raise ValueError(f"two values are recorded as {sorted(clash)[0]!r}")
+        new = False
+        for kind, group in (("scalar", scalars), ("tensor", tensors)):
+            for name, value in group.items():
+                if name in names:
+                    continue
+                shape = list(np.shape(value)) if kind == "tensor" else []
+                dtype = _dtype_name(value)
+                names[name] = {"kind": kind, "shape": shape, "dtype": dtype}
+                if self._meta["dtype"] is None and dtype is not None and dtype.startswith(("float", "bfloat")):
+                    self._meta["dtype"] = dtype
+                new = True
+        if new:
+            self._write_meta()  # before the step's data: every name on disk is in meta.json
+
+
+def _versions() -> dict[str, str]:
+    from parity import __version__
+
+    out = {"python": platform.python_version(), "numpy": np.__version__, "parity": __version__}
+    for module in ("torch", "jax", "flax"):
+        if module in sys.modules:
+            out[module] = getattr(sys.modules[module], "__version__", "?")
+    return out
+
+
+# -- values
+
+
+def _is_torch(value: Any, kind: str) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return isinstance(value, {"tensor": torch.Tensor, "module": torch.nn.Module,
+                              "optimizer": torch.optim.Optimizer}[kind])
+
+
+def _is_nnx_module(value: Any) -> bool:
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(value, nnx.Module)
+
+
+def _is_array(value: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return isinstance(value, (np.ndarray, np.generic)) or (jax is not None and isinstance(value, jax.Array))
+
+
+def _flatten(value: Any, name: str, scalars: dict[str, Any], tensors: dict[str, Any], *, in_state: bool) -> None:
+    def put(target: dict[str, Any], key: str, item: Any) -> None:
+        if key in scalars or key in tensors:
+            raise ValueError(f"two values are recorded as {key!r}")
+        target[key] = item
+
+    if value is None:
+        return
+    if isinstance(value, (bool, numbers.Number)) and not isinstance(value, np.ndarray):
+        if isinstance(value, complex) or (isinstance(value, np.generic) and value.dtype.kind == "c"):
+            raise TypeError(f"{name}: complex scalars are not recorded")
+        put(tensors if in_state else scalars, name, np.asarray(value) if in_state else value)
+        return
+    if _is_torch(value, "tensor") or _is_array(value):
+        if np.ndim(value) == 0 and not in_state:
+            put(scalars, name, value)
+        else:
+            put(tensors, name, value)
+        return
+    if _is_torch(value, "module"):
+        for key, item in value.state_dict().items():
+            _flatten(item, f"{name}.{key}", scalars, tensors, in_state=True)
+        return
+    if _is_torch(value, "optimizer"):
+        value = OptimizerRecord(value.state_dict())
+    if isinstance(value, OptimizerRecord):
+        _flatten_optimizer(value.state_dict, name, scalars, tensors)
+        return
+    if _is_nnx_module(value):
+        from parity.convert import module_state
+
+        for key, variable in module_state(value).items():
+            _flatten(variable[...], f"{name}.{key}", scalars, tensors, in_state=True)
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _flatten(item, f"{name}.{key}", scalars, tensors, in_state=in_state)
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _flatten(item, f"{name}.{index}", scalars, tensors, in_state=in_state)
+        return
+    raise TypeError(f"{name}: cannot record a {type(value).__module__}.{type(value).__qualname__} (record numbers, "
+                    "tensors/arrays, torch or flax.nnx modules, optimizers, or dicts/lists of them)")
+
+
+def _flatten_optimizer(state_dict: Mapping[str, Any], name: str, scalars: dict[str, Any],
+                       tensors: dict[str, Any]) -> None:
+    for index, entry in state_dict.get("state", {}).items():
+        for key, item in entry.items():
+            _flatten(item, f"{name}.state.{index}.{key}", scalars, tensors, in_state=True)
+    for g, group in enumerate(state_dict.get("param_groups", [])):
+        lr = group.get("lr")
+        if lr is not None and not callable(lr):
+            key = f"{name}.lr" if g == 0 else f"{name}.lr.{g}"
+            if key in scalars or key in tensors:
+                raise ValueError(f"two values are recorded as {key!r}")
+            scalars[key] = lr
+
+
+def _scalar(value: Any, name: str) -> float | int:
+    if isinstance(value, (bool, int, float)):
+        return int(value) if isinstance(value, (bool, int)) else value
+    array = _to_numpy(value)
+    if array.dtype.kind == "c":
+        raise TypeError(f"{name}: complex scalars are not recorded")
+    item = array.item()
+    return int(item) if isinstance(item, (bool, int)) else float(item)
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if _is_torch(value, "tensor"):
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: ml_dtypes' through the bits
+            import ml_dtypes
+            import torch
+
+            return tensor.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return tensor.resolve_conj().resolve_neg().numpy()
+    return np.asarray(value)
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy that later in-place updates do not reach (torch tensors, NumPy arrays); JAX arrays are immutable."""
+    if _is_torch(value, "tensor"):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
+def _dtype_name(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return None  # a Python float says nothing about the run's dtype
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return None
+    return str(dtype).removeprefix("torch.")
