@@ -41,6 +41,7 @@ import jax_impl.random
 from parity.compare import ComparisonReport, compare
 from parity.convert.modules import module_state
 from parity.floor import FLOOR_FACTOR
+from parity.port.inputs import example_arguments
 from parity.port.trace import set_training
 
 __all__ = ["PortCheck", "TOLERANCES", "check_port"]
@@ -240,16 +241,10 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
     rtol, atol = tolerance if tolerance is not None else TOLERANCES.get(dtype, TOLERANCES[torch.float32])
     torch_loss, jax_loss = loss_fn if loss_fn is not None else _default_losses(seed, dtype)
     args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
-    # Tensors (nested in tuples too) become the jitted functions' arguments; other values (None, a flag, a
-    # number: the twin has them baked in) are passed as they are.
-    arrays = jax.tree.map(lambda t: jnp.asarray(t.detach().cpu().numpy()) if torch.is_tensor(t) else t, args,
-                          is_leaf=torch.is_tensor)
-    static = {i: a for i, a in enumerate(arrays) if not any(isinstance(v, jax.Array) for v in jax.tree.leaves(a))}
-    x = tuple(a for i, a in enumerate(arrays) if i not in static)
-
-    def call(model, x):
-        rest = iter(x)
-        return model(*[static[i] if i in static else next(rest) for i in range(len(arrays))])
+    # Floating-point tensors become the jitted functions' arguments; the rest are constants of the compiled
+    # functions (parity.port.inputs).
+    example = example_arguments(example_input)
+    x, call = example.traced, example.call
 
     # float32: torch's own run in float64 on the same input first (torch_loss then keeps the float32 weights).
     reference = None

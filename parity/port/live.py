@@ -24,6 +24,7 @@ import jax_impl.random
 from parity.convert.modules import load_torch_state_dict, module_state
 from parity.port.codegen import port_source
 from parity.port.errors import FALLBACK, PortError
+from parity.port.inputs import example_arguments
 from parity.port.trace import set_training
 
 __all__ = ["instantiate", "load_twin_class", "port"]
@@ -133,20 +134,14 @@ def _check_shapes(torch_module, twin, example_input) -> None:
     args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         expected = reference(*args)
-    arrays = jax.tree.map(lambda t: jnp.asarray(t.detach().cpu().numpy()) if torch.is_tensor(t) else t, args,
-                          is_leaf=torch.is_tensor)
-    static = {i: a for i, a in enumerate(arrays) if not any(isinstance(v, jax.Array) for v in jax.tree.leaves(a))}
-    traced = [a for i, a in enumerate(arrays) if i not in static]
-
+    example = example_arguments(example_input)
     graphdef, state = nnx.split(twin)
 
     def forward(state, traced):
         # A merged copy: switching it to eval mode leaves the twin's own modes alone.
-        rest = iter(traced)
-        call = [static[i] if i in static else next(rest) for i in range(len(arrays))]
-        return nnx.merge(graphdef, state).eval()(*call)
+        return example.call(nnx.merge(graphdef, state).eval(), traced)
 
-    got = jax.eval_shape(forward, state, traced)
+    got = jax.eval_shape(forward, state, example.traced)
     expected_shapes = [tuple(t.shape) for t in jax.tree.leaves(expected, is_leaf=torch.is_tensor)]
     got_shapes = [tuple(a.shape) for a in jax.tree.leaves(got)]
     if expected_shapes != got_shapes:

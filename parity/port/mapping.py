@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as TF
 
 from jax_impl.nn import functional as JF
+from jax_impl.nn.utils import rnn as JRNN
 from parity.port.render import Renderer
 from jax_impl.tensor_ops import HELPERS
 
@@ -365,6 +366,9 @@ _METHODS = {
     "neg": _jnp_unary("negative"), "add": _add, "sub": _sub, "mul": _binary("*"), "div": _div,
     "pow": _binary("**"), "matmul": _matmul, "float": _astype("jnp.float32"), "double": _astype("jnp.float64"),
     "to": _to, "masked_fill": _masked_fill, "clamp": _clamp, "clip": _clamp,
+    # jax places arrays itself: `lengths.cpu()` (pack_padded_sequence requires CPU lengths) and `.cuda()` are the
+    # array itself in the twin.
+    "cpu": _same_tensor, "cuda": _same_tensor,
 }
 
 # torch.<name>(x, ...) means x.<name>(...) for these.
@@ -759,6 +763,10 @@ _CONJUGATE_ATTRIBUTES = {"mH": "mT", "H": "T"}
 
 _ATTRIBUTES = {"shape", "ndim", "dtype", "T", "mT"}
 
+_SEQUENCE_FUNCTIONS = {getattr(torch.nn.utils.rnn, name) for name in (
+    "pack_padded_sequence", "pad_packed_sequence", "pad_sequence", "unpad_sequence", "pack_sequence",
+    "unpack_sequence")}
+
 
 def _apply(r: Renderer, what: str, render, args, kwargs) -> str:
     try:
@@ -804,4 +812,9 @@ def render_call_function(r: Renderer, target, args, kwargs) -> str:
         return _bound_call(r, f"F.{name}", getattr(JF, name), args, kwargs)
     if target in _FUNCTIONS:
         return _apply(r, getattr(target, "__name__", repr(target)), _FUNCTIONS[target], args, kwargs)
+    if target in _SEQUENCE_FUNCTIONS:
+        # jax_impl.nn.utils.rnn: the same names, arguments and defaults (lengths are read on the host, as torch
+        # requires a CPU tensor or a list).
+        name = target.__name__
+        return _bound_call(r, f"nn.utils.rnn.{name}", getattr(JRNN, name), args, kwargs)
     raise r.fail("this function has no JAX mapping (jax_impl.nn.functional, jax.numpy)")

@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import math
 import operator
 import traceback
 from collections.abc import Iterator
@@ -42,7 +43,12 @@ import torch.fx
 from parity.port.errors import FALLBACK, PortError, node_description, user_line
 from parity.port.values import MISSING, ExampleFailure, ExampleValues, ValueProxy
 
-__all__ = ["Traces", "is_torch_leaf", "set_training", "trace"]
+__all__ = ["SEQUENCE_FUNCTIONS", "Traces", "is_torch_leaf", "set_training", "trace"]
+
+# torch.nn.utils.rnn's packing functions, recorded as calls: the twin calls jax_impl.nn.utils.rnn's namesakes.
+SEQUENCE_FUNCTIONS = tuple(getattr(torch.nn.utils.rnn, name) for name in (
+    "pack_padded_sequence", "pad_packed_sequence", "pad_sequence", "unpad_sequence", "pack_sequence",
+    "unpack_sequence"))
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
@@ -61,7 +67,9 @@ class _Tracer(torch.fx.Tracer):
     given example inputs, each node's value on them (:mod:`parity.port.values`)."""
 
     def __init__(self, root: torch.nn.Module, inputs: dict | None) -> None:
-        super().__init__()
+        # torch.nn.utils.rnn's functions imported by name are graph nodes (fx would otherwise trace into
+        # pack_padded_sequence's C++ call and fail); `_sequence_functions_recorded` covers `nn.utils.rnn.<name>`.
+        super().__init__(autowrap_modules=(math,), autowrap_functions=SEQUENCE_FUNCTIONS)
         self.record_stack_traces = True
         # Buffers as graph values (get_attr nodes), as parameters are: `self.mask[:s, :s]` with a traced `s`
         # then slices a proxy, where fx's default hands forward the real tensor and the slice fails.
@@ -156,6 +164,41 @@ def _factories_recorded(tracer: torch.fx.Tracer) -> Iterator[None]:
             setattr(torch, name, fn)
 
 
+@contextlib.contextmanager
+def _sequence_functions_recorded(tracer: torch.fx.Tracer) -> Iterator[None]:
+    """``torch.nn.utils.rnn.<name>(...)`` with a traced argument becomes a call node, as fx's autowrap makes
+    the same function imported by name."""
+    module = torch.nn.utils.rnn
+
+    def recorded(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if tracer.values.running or not _holds_proxy((args, kwargs)):
+                return fn(*args, **kwargs)
+            return tracer.create_proxy("call_function", fn, args, kwargs)
+
+        return call
+
+    originals = {fn.__name__: fn for fn in SEQUENCE_FUNCTIONS}
+    try:
+        for name, fn in originals.items():
+            setattr(module, name, recorded(fn))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(module, name, fn)
+
+
+def _holds_proxy(value) -> bool:
+    if isinstance(value, torch.fx.Proxy):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_proxy(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_proxy(v) for v in value.values())
+    return False
+
+
 # Python values a forward argument may be specialised to: fx then bakes them into the graph, with a check.
 _SPECIALISABLE = (type(None), bool, int, float, str)
 
@@ -216,7 +259,8 @@ def _trace_once(module: torch.nn.Module, mode: bool, example) -> torch.fx.Graph:
     inputs, concrete = _arguments(copy_, example)
     tracer = _Tracer(copy_, inputs)
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad(), _factories_recorded(tracer):
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), _factories_recorded(tracer), \
+                _sequence_functions_recorded(tracer):
             graph = tracer.trace(copy_, concrete_args=concrete or None)
     except PortError:
         raise
