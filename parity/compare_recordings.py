@@ -7,10 +7,12 @@ every kept step both recorded, every tensor, with the runner's measure
 another shape, is an infinite distance). ``run_a`` is the reference (torch's run).
 
 The verdict, as ``parity run`` judges: a name *parts* at a step when its distance exceeds ``rtol`` and,
-with a floor recording, also exceeds :data:`parity.floor.FLOOR_FACTOR` times torch's own distance for
-that name at that step (the floor: the float64 torch recording against the float32 one, see
-:mod:`parity.floor`). The comparison passes when no name parts at any step; otherwise the report names
-the first step where one does and the first name (in ``run_a``'s recording order) that parts there.
+with a floor recording, also exceeds :data:`parity.floor.FLOOR_FACTOR` times torch's own float32
+distance at that step (the floor: the float64 torch recording against the float32 one, see
+:mod:`parity.floor`): for a kept step's tensors the worst tensor floor distance there, for the scalars
+the worst scalar floor distance at that step or before (:func:`_judge_all` says why). The comparison
+passes when no name parts at any step; otherwise the report names the first step where one does and the
+first name (in ``run_a``'s recording order) that parts there.
 Names and steps present on one side only are listed, never compared and never an error.
 
 Reports: ``report.json`` (strict JSON: the :class:`parity.report.RunReport` fields, one epoch record
@@ -76,27 +78,49 @@ class RecordingsReport(RunReport):
 
 @dataclasses.dataclass
 class _Measure:
-    """One name at one step: the distance, torch's own float32 distance (NaN without a floor), the verdict."""
+    """One name at one step: its distance, torch's own float32 distance for it (NaN without a floor), the
+    floor its group is judged by at that step (see :func:`_judge_all`), and the verdict."""
 
     step: int
     name: str
     kind: str
     ours: float
     floor: float
-    parts: bool
-    by_floor: bool
     max_abs: float = math.nan
+    group_floor: float = math.nan
+    parts: bool = False
+    by_floor: bool = False
 
 
-def _judge(ours: float, floor: float, rtol: float) -> tuple[bool, bool]:
-    """``(parts, passes by the floor)``, as :func:`parity.floor.judge` decides."""
+def _judge_all(measures: list[_Measure], rtol: float) -> None:
+    """Set every measure's verdict, as :func:`parity.floor.judge` judges a run's parameters: a name parts when
+    its distance exceeds ``rtol`` and :data:`parity.floor.FLOOR_FACTOR` times its group's floor at that step.
+
+    The groups are a kept step's tensors, whose floor is their worst floor distance (the worst against the
+    worst, as ``parity run`` compares its parameters), and a step's scalars, whose floor is the worst scalar
+    floor distance at that step or any before it: one loss's rounding is noise (a step where torch's float32
+    loss lands by chance within 1e-11 of its float64 loss says nothing about the precision), and rounding
+    only accumulates over a run.
+    """
     from parity.floor import FLOOR_FACTOR
 
-    if ours <= rtol:
-        return False, False
-    if not math.isnan(floor) and floor > 0 and ours <= FLOOR_FACTOR * floor:
-        return False, True
-    return True, False
+    groups: dict[tuple[int, str], list[_Measure]] = {}
+    for m in measures:
+        groups.setdefault((m.step, m.kind), []).append(m)
+    running = math.nan
+    for (step, kind), group in sorted(groups.items()):
+        floors = [m.floor for m in group if not math.isnan(m.floor)]
+        floor = max(floors) if floors else math.nan
+        if kind == "scalar":
+            if floors:
+                running = floor if math.isnan(running) else max(running, floor)
+            floor = running
+        for m in group:
+            m.group_floor = floor
+            if m.ours <= rtol:
+                continue
+            m.by_floor = not math.isnan(floor) and floor > 0 and m.ours <= FLOOR_FACTOR * floor
+            m.parts = not m.by_floor
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, *, floor: str | Path | None = None,
@@ -149,9 +173,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, floor: str | Path | No
         for name in sorted(set(sa) & set(sb), key=rank.get):
             ours = distance(sa[name], sb[name])
             floor_d = distance(sf[name], sa[name]) if name in sf else math.nan
-            parts, by_floor = _judge(ours, floor_d, rtol)
-            measures.append(_Measure(step, name, "scalar", ours, floor_d, parts, by_floor,
-                                     abs(float(sb[name]) - float(sa[name]))))
+            measures.append(_Measure(step, name, "scalar", ours, floor_d, _max_abs(sa[name], sb[name])))
         record["scalars"] = {n: [sa.get(n), sb.get(n)] for n in sorted(set(sa) | set(sb), key=rank.get)}
         report.steps.append(record)
     kept = sorted(set(a.tensor_steps) & set(b.tensor_steps) & set(common))
@@ -165,9 +187,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, floor: str | Path | No
         for name in sorted(set(ta) & set(tb), key=rank.get):
             ours = distance(ta[name], tb[name])
             floor_d = distance(tf[name], ta[name]) if name in tf else math.nan
-            parts, by_floor = _judge(ours, floor_d, rtol)
-            max_abs = _max_abs(ta[name], tb[name])
-            measures.append(_Measure(step, name, "tensor", ours, floor_d, parts, by_floor, max_abs))
+            measures.append(_Measure(step, name, "tensor", ours, floor_d, _max_abs(ta[name], tb[name])))
             rec.leaves[name] = [ours, floor_d]
         if rec.leaves:
             rec.worst_leaf = max(rec.leaves, key=lambda n: rec.leaves[n][0])
@@ -178,6 +198,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, floor: str | Path | No
                 rec.floor_worst = max(floors, key=floors.get)
                 rec.floor_max_rel = floors[rec.floor_worst]
         report.epochs.append(rec)
+    _judge_all(measures, rtol)
     _verdict(report, measures, rtol, rank, a, b, f)
     report.recordings = _recordings_section(a, b, f, measures, common, kept, rank)
     if out is not None:
@@ -189,7 +210,9 @@ def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
     if np.shape(a) != np.shape(b) or not np.size(a):
         return math.nan
     with np.errstate(invalid="ignore", over="ignore"):
-        return float(np.nanmax(np.abs(np.asarray(b, np.float64) - np.asarray(a, np.float64))))
+        diff = np.abs(np.asarray(b, np.float64) - np.asarray(a, np.float64)).ravel()
+    diff = diff[~np.isnan(diff)]
+    return float(diff.max()) if diff.size else math.nan
 
 
 def _loss_name(a: Recording, b: Recording) -> str | None:
@@ -213,7 +236,7 @@ def _verdict(report: RunReport, measures: list[_Measure], rtol: float, rank: dic
         first = min((m for m in parted if m.step == first_step), key=lambda m: rank[m.name])
         worst = max((m for m in measures if m.step == first_step), key=lambda m: m.ours)
         report.passed, report.first_divergent_step, report.first_divergent_layer = False, first_step, first.name
-        own = "" if math.isnan(first.floor) else f", torch's own float32 distance {first.floor:.3g}"
+        own = "" if math.isnan(first.group_floor) else f" ({first.group_floor:.3g} at that step)"
         report.message = (f"the runs part at step {first_step}: {first.name} first (max rel {first.ours:.3g} "
                           f"beyond rtol {rtol:g}{floor_text}{own}); worst there {worst.name} ({worst.ours:.3g})")
     else:
@@ -222,9 +245,9 @@ def _verdict(report: RunReport, measures: list[_Measure], rtol: float, rank: dic
             report.message = "no name recorded on both sides"
         elif any(m.by_floor for m in measures):
             report.passed_by = "floor"
-            ratio = max((m for m in measures if m.by_floor), key=lambda m: m.ours / m.floor)
+            ratio = max((m for m in measures if m.by_floor), key=lambda m: m.ours / m.group_floor)
             report.message = (f"{FLOOR_FACTOR:g}x torch's own float32-vs-float64 distance (largest ratio "
-                              f"{ratio.ours / ratio.floor:.2g}: {ratio.name} at step {ratio.step})")
+                              f"{ratio.ours / ratio.group_floor:.2g}: {ratio.name} at step {ratio.step})")
         elif not report.epochs or math.isnan(report.epochs[-1].param_max_rel):
             worst = max(measures, key=lambda m: m.ours)
             report.message = f"scalars within rtol {rtol:g} (max rel {worst.ours:.2g} at {worst.name})"

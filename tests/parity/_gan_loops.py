@@ -3,7 +3,9 @@
 Two MLPs (G: 4 -> 8 -> 2, D: 2 -> 8 -> 1 with a sigmoid), two Adams (betas (0.5, 0.999)), BCE; real
 samples and latents drawn each step with torch.randn on the torch side and jax_impl.random.randn on the
 JAX side, from the same seed, so both sides see the same numbers. The DCGAN step: D on real and detached
-fake, then G through the updated D.
+fake, then G through the updated D. Weights and draws are made in float32 and cast to the run's dtype
+(``model.double()``), so the float64 run is the float32 run's exact trajectory: torch's float64 run is
+the floor of its float32 run.
 """
 
 from __future__ import annotations
@@ -25,16 +27,16 @@ def torch_gan(folder, *, steps: int, dtype: str = "float64", keep_every: int = 5
 
     dt = getattr(torch, dtype)
     torch.manual_seed(seed)
-    G = nn.Sequential(nn.Linear(LATENT, HIDDEN, dtype=dt), nn.ReLU(), nn.Linear(HIDDEN, 2, dtype=dt))
-    D = nn.Sequential(nn.Linear(2, HIDDEN, dtype=dt), nn.LeakyReLU(0.2), nn.Linear(HIDDEN, 1, dtype=dt), nn.Sigmoid())
+    G = nn.Sequential(nn.Linear(LATENT, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 2)).to(dt)
+    D = nn.Sequential(nn.Linear(2, HIDDEN), nn.LeakyReLU(0.2), nn.Linear(HIDDEN, 1), nn.Sigmoid()).to(dt)
     opt_g, opt_d = torch.optim.Adam(G.parameters(), **ADAM), torch.optim.Adam(D.parameters(), **ADAM)
     bce = nn.BCELoss()
     ones, zeros = torch.ones(BATCH, 1, dtype=dt), torch.zeros(BATCH, 1, dtype=dt)
     rec = parity.Recorder(folder, "torch", keep_every=keep_every, meta={"dtype": dtype, "seed": seed},
                           **recorder_kwargs)
     for i in range(steps):
-        real = torch.randn(BATCH, 2, dtype=dt) * 0.5 + 2.0
-        z = torch.randn(BATCH, LATENT, dtype=dt)
+        real = torch.randn(BATCH, 2).to(dt) * 0.5 + 2.0
+        z = torch.randn(BATCH, LATENT).to(dt)
         opt_d.zero_grad()
         fake = G(z)
         err_d = bce(D(real), ones) + bce(D(fake.detach()), zeros)
@@ -64,9 +66,10 @@ def jax_gan(folder, *, steps: int, dtype: str = "float64", keep_every: int = 5, 
 
     dt = np.dtype(dtype)
     random.manual_seed(seed)
-    G = jnn.Sequential(jnn.Linear(LATENT, HIDDEN, dtype=dt), jnn.ReLU(), jnn.Linear(HIDDEN, 2, dtype=dt))
-    D = jnn.Sequential(jnn.Linear(2, HIDDEN, dtype=dt), jnn.LeakyReLU(0.2), jnn.Linear(HIDDEN, 1, dtype=dt),
-                       jnn.Sigmoid())
+    G = jnn.Sequential(jnn.Linear(LATENT, HIDDEN), jnn.ReLU(), jnn.Linear(HIDDEN, 2))
+    D = jnn.Sequential(jnn.Linear(2, HIDDEN), jnn.LeakyReLU(0.2), jnn.Linear(HIDDEN, 1), jnn.Sigmoid())
+    for model in (G, D):  # torch's model.to(dtype)
+        nnx.update(model, jax.tree.map(lambda p: p.astype(dt), nnx.state(model, nnx.Param)))
     tx_g, tx_d = optim.adam(**ADAM), optim.adam(**ADAM)
     gdef_g, p_g = nnx.split(G, nnx.Param)
     gdef_d, p_d = nnx.split(D, nnx.Param)
@@ -98,8 +101,8 @@ def jax_gan(folder, *, steps: int, dtype: str = "float64", keep_every: int = 5, 
     with optim.fixed_horizon(steps), parity.Recorder(folder, "jax", keep_every=keep_every,
                                                      meta={"dtype": dtype, "seed": seed}, **recorder_kwargs) as rec:
         for i in range(steps):
-            real = random.randn(BATCH, 2, dtype=dt) * dt.type(0.5) + dt.type(2.0)
-            z = random.randn(BATCH, LATENT, dtype=dt)
+            real = random.randn(BATCH, 2).astype(dt) * dt.type(0.5) + dt.type(2.0)
+            z = random.randn(BATCH, LATENT).astype(dt)
             p_d, s_d, err_d = d_step(p_d, s_d, p_g, real, z)
             p_g, s_g, err_g = g_step(p_g, s_g, p_d, z)
             nnx.update(G, p_g)
