@@ -48,7 +48,7 @@ def gan(tmp_path_factory):
 
 def test_both_sides_record_torchs_names_and_agree_in_float64(gan):
     """Module state, optimizer state (JAX's through parity.optimizer_record) and latents under the same names;
-    every tensor at every kept step within 1e-10 of torch (measured 5.8e-15: Adam's exp_avg_sq at step 0)."""
+    every tensor at every kept step within 1e-10 of torch (measured 1.2e-15: optD.state.3.exp_avg at step 19)."""
     a, b = read_recording(gan["torch"]), read_recording(gan["jax"])
     assert set(a.names) == set(b.names)
     assert [n for n in a.names if a.names[n]["kind"] == "scalar"] == ["loss_d", "loss_g", "optD.lr", "optG.lr"]
@@ -67,7 +67,7 @@ def test_both_sides_record_torchs_names_and_agree_in_float64(gan):
     assert worst <= 1e-10
     for step in a.steps:
         for name, value in a.scalars[step].items():
-            assert abs(b.scalars[step][name] - value) <= 1e-12 * abs(value), (step, name)
+            assert abs(b.scalars[step][name] - value) <= 1e-12 * abs(value), (step, name)  # measured 2.2e-16
 
 
 def test_keep_policy_first_every_kth_extra_and_last(tmp_path):
