@@ -53,6 +53,11 @@ def adagrad(
     check_non_negative(weight_decay, "Invalid weight_decay value: {}")
     check_non_negative(initial_accumulator_value, "Invalid initial_accumulator_value value: {}")
     check_non_negative(eps, "Invalid epsilon value: {}")
+    if fused:
+        from jax_impl.optim.fused import fused_adagrad  # fused imports AdagradState from here
+
+        return fused_adagrad(lr, lr_decay, weight_decay, initial_accumulator_value, eps, foreach,
+                             maximize=maximize, differentiable=differentiable)
     check_torch_only_flags(differentiable=differentiable, fused=fused)
 
     def host_scalars(step, h, sstate):

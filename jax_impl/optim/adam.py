@@ -64,7 +64,8 @@ def adam(
         CPU (torch's ``_foreach_*`` kernels run these kernels one tensor at a
         time, in this order, with the same host scalars): every ``foreach``
         gives this result.
-      capturable, differentiable, fused: torch execution-path flags;
+      fused: ``True`` is torch's fused CPU kernel (:func:`jax_impl.optim.fused.fused_adam`).
+      capturable, differentiable: torch execution-path flags;
         only the default is reproduced.
     """
     beta1, beta2 = betas
@@ -73,6 +74,12 @@ def adam(
         # torch/optim/adam.py checks this after the range checks (a schedule counts as a float here).
         raise ValueError("betas must be either both floats or both Tensors")
     small_weight = lerp_branch_of_one_minus(beta1)
+    if fused:
+        from jax_impl.optim.fused import fused_adam  # fused imports AdamState from here
+
+        return fused_adam(lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                          capturable=capturable, differentiable=differentiable,
+                          decoupled_weight_decay=decoupled_weight_decay)
     check_torch_only_flags(capturable=capturable, differentiable=differentiable, fused=fused)
 
     def host_scalars(step, h, sstate):

@@ -56,8 +56,9 @@ def sgd(
       foreach: ``True`` is torch's multi-tensor path, the same arithmetic on
         CPU (the same kernels one tensor at a time, in this order): every
         ``foreach`` gives this result.
-      differentiable, fused: torch execution-path flags; only the
-        default (``None``/``False``) is reproduced.
+      fused: ``True`` is torch's fused CPU kernel (:func:`jax_impl.optim.fused.fused_sgd`).
+      differentiable: torch execution-path flag; only the
+        default (``False``) is reproduced.
     """
     # torch's SGD checks `x < 0.0` (NaN passes), unlike the other optimizers.
     check_not_negative(lr, "Invalid learning rate: {}")
@@ -65,6 +66,11 @@ def sgd(
     check_not_negative(weight_decay, "Invalid weight_decay value: {}")
     if nesterov and (not callable(momentum) and momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+    if fused:
+        from jax_impl.optim.fused import fused_sgd  # fused imports SGDState from here
+
+        return fused_sgd(lr, momentum, dampening, weight_decay, nesterov, maximize=maximize, foreach=foreach,
+                         differentiable=differentiable)
     check_torch_only_flags(differentiable=differentiable, fused=fused)
     use_momentum = callable(momentum) or momentum != 0
 

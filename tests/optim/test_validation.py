@@ -15,8 +15,13 @@ def test_signature_and_defaults_match_torch(name):
     assert list(H.jax_defaults(name).items()) == list(H.torch_defaults(name).items())
 
 
-# foreach=True is reproduced (tests/optim/test_foreach.py); the other flags are refused.
-@pytest.mark.parametrize(("name", "flag"), [(n, f) for n in H.all_names() for f in H.flags_of(n) if f != "foreach"])
+# foreach=True is reproduced (tests/optim/test_foreach.py), and fused=True where torch has a fused CPU kernel
+# (tests/optim/test_fused.py); the other flags are refused.
+FUSED = ("sgd", "adagrad", "adam", "adamw")
+
+
+@pytest.mark.parametrize(("name", "flag"), [(n, f) for n in H.all_names() for f in H.flags_of(n)
+                                            if f != "foreach" and not (f == "fused" and n in FUSED)])
 def test_torch_only_flags_raise_not_implemented(name, flag):
     with pytest.raises(NotImplementedError, match=flag):
         H.build(name, {flag: True})
