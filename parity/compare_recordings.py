@@ -39,6 +39,7 @@ __all__ = ["RecordingsReport", "compare_runs", "default_rtol", "distance", "rend
 
 FLOAT64_RTOL = 1e-10
 FLOAT32_RTOL = 1e-4  # parity run's default train.tolerance.rtol
+MAX_ROWS = 40  # report.md's per-name table: the names that part, then the largest distances
 
 
 def default_rtol(a: Recording, b: Recording) -> float:
@@ -316,15 +317,20 @@ def render_recordings_markdown(report: RecordingsReport) -> str:
                   for m in rec["divergent_step_names"]]
         extra.append("")
     if rec["last"]:
-        extra += ["Per name at its last step compared: B's distance from A beside torch's own float32-vs-float64 "
-                  "distance (with a floor recording).", "",
-                  "| name | kind | step | max rel | max abs | torch f32 vs f64 | ratio | status |",
-                  "|---|---|---:|---:|---:|---:|---:|---|"]
-        for m in sorted(rec["last"].values(), key=lambda m: -_finite(m["ours"])):
+        floor = rec["floor"] is not None
+        extra += ["Per name at its last step compared: B's distance from A" + (
+                      ", beside torch's own float32-vs-float64 distance (the floor run's from A) and the floor its "
+                      "group was judged by" if floor else "") + ".", "",
+                  "| name | kind | step | max rel | max abs |" + (" torch f32 vs f64 | judged by |" if floor else "")
+                  + " status |", "|---|---|---:|---:|---:|" + ("---:|---:|" if floor else "") + "---|"]
+        rows = sorted(rec["last"].values(), key=lambda m: (not m["parts"], -_finite(m["ours"])))
+        for m in rows[:MAX_ROWS]:
             status = "parts" if m["parts"] else ("ok (floor)" if m["by_floor"] else "ok")
-            ratio = m["ours"] / m["floor"] if m["floor"] and m["floor"] > 0 else math.nan
-            extra.append(f"| {m['name']} | {m['kind']} | {m['step']} | {_fmt(m['ours'])} | {_fmt(m['max_abs'])} | "
-                         f"{_fmt(m['floor'])} | {_fmt(ratio)} | {status} |")
+            floors = f" {_fmt(m['floor'])} | {_fmt(m['group_floor'])} |" if floor else ""
+            extra.append(f"| {m['name']} | {m['kind']} | {m['step']} | {_fmt(m['ours'])} | {_fmt(m['max_abs'])} |"
+                         f"{floors} {status} |")
+        if len(rows) > MAX_ROWS:
+            extra.append(f"\n{len(rows) - MAX_ROWS} more names in report.json (`recordings.last`).")
         extra.append("")
     for key, label in (("names_only_in_a", "Names only in A (not compared)"),
                        ("names_only_in_b", "Names only in B (not compared)")):

@@ -52,7 +52,7 @@ import numpy as np
 from parity.files import atomic_write
 from parity.recording import FORMAT, META, SCALARS, TENSORS, VERSION, encode_number, tensor_file, tensors_to_bytes
 
-__all__ = ["OptimizerRecord", "Recorder", "optimizer_record"]
+__all__ = ["OptimizerRecord", "Recorder", "optimizer_record", "torch_parameter_order"]
 
 
 class OptimizerRecord:

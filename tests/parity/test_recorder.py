@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import parity
+from parity.recorder import torch_parameter_order
 from parity.recording import RecordingError, read_recording
 from tests.parity._gan_loops import jax_gan, torch_gan
 
@@ -141,7 +142,7 @@ def test_optimizer_record_needs_torchs_order_for_a_plain_pytree():
     state = optim.adam(lr=0.1).init(params)
     by_model = parity.optimizer_record(state, model, name="Adam", hyperparameters={"lr": 0.1})
     assert by_model.state_dict["param_groups"][0]["lr"] == 0.1 and by_model.state_dict["state"] == {}
-    assert parity.recorder.torch_parameter_order(model) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert torch_parameter_order(model) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     named = parity.optimizer_record(state, params, name="Adam", param_names=["0.weight", "0.bias", "2.weight",
                                                                              "2.bias"])
     assert named.state_dict["param_groups"][0]["params"] == [0, 1, 2, 3]
