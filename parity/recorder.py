@@ -229,11 +229,12 @@ class Recorder:
         last = self._meta["last_step"]
         if last is not None and i <= last:
             raise ValueError(f"steps must increase: step {i} after step {last}")
-        scalars: dict[str, float | int] = {}
-        tensors: dict[str, Any] = {}
+        flat: dict[str, tuple[str, Any]] = {}
         for key, value in values.items():
-            _flatten(value, key, scalars, tensors, in_state=False)
-        self._add_names(scalars, tensors)
+            _flatten(value, key, flat, in_state=False)
+        self._add_names(flat)
+        scalars = {k: v for k, (kind, v) in flat.items() if kind == "scalar"}
+        tensors = {k: v for k, (kind, v) in flat.items() if kind == "tensor"}
         first = last is None
         if first or i % self.keep_every == 0 or i in self.keep_steps:
             self._write_tensors(i, {k: _to_numpy(v) for k, v in tensors.items()})
@@ -280,22 +281,17 @@ class Recorder:
     def _write_meta(self) -> None:
         atomic_write(self.folder / META, json.dumps(self._meta, indent=1, allow_nan=False))
 
-    def _add_names(self, scalars: dict[str, Any], tensors: dict[str, Any]) -> None:
+    def _add_names(self, flat: dict[str, tuple[str, Any]]) -> None:
         names = self._meta["names"]
-        clash = set(scalars) & set(tensors)
-        if clash:
-            raise ValueError(f"two values are recorded as {sorted(clash)[0]!r}")
         new = False
-        for kind, group in (("scalar", scalars), ("tensor", tensors)):
-            for name, value in group.items():
-                if name in names:
-                    continue
-                shape = list(np.shape(value)) if kind == "tensor" else []
-                dtype = _dtype_name(value)
-                names[name] = {"kind": kind, "shape": shape, "dtype": dtype}
-                if self._meta["dtype"] is None and dtype is not None and dtype.startswith(("float", "bfloat")):
-                    self._meta["dtype"] = dtype
-                new = True
+        for name, (kind, value) in flat.items():
+            if name in names:
+                continue
+            dtype = _dtype_name(value)
+            names[name] = {"kind": kind, "shape": list(np.shape(value)) if kind == "tensor" else [], "dtype": dtype}
+            if self._meta["dtype"] is None and dtype is not None and dtype.startswith(("float", "bfloat")):
+                self._meta["dtype"] = dtype
+            new = True
         if new:
             self._write_meta()  # before the step's data: every name on disk is in meta.json
 
@@ -331,64 +327,55 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, np.generic)) or (jax is not None and isinstance(value, jax.Array))
 
 
-def _flatten(value: Any, name: str, scalars: dict[str, Any], tensors: dict[str, Any], *, in_state: bool) -> None:
-    def put(target: dict[str, Any], key: str, item: Any) -> None:
-        if key in scalars or key in tensors:
+def _flatten(value: Any, name: str, out: dict[str, tuple[str, Any]], *, in_state: bool) -> None:
+    """Add ``value``'s entries to ``out`` as ``name -> (kind, value)``, in the order given."""
+    def put(kind: str, key: str, item: Any) -> None:
+        if key in out:
             raise ValueError(f"two values are recorded as {key!r}")
-        target[key] = item
+        out[key] = (kind, item)
 
     if value is None:
         return
-    if isinstance(value, (bool, numbers.Number)) and not isinstance(value, np.ndarray):
+    if isinstance(value, (bool, numbers.Number)):
         if isinstance(value, complex) or (isinstance(value, np.generic) and value.dtype.kind == "c"):
             raise TypeError(f"{name}: complex scalars are not recorded")
-        put(tensors if in_state else scalars, name, np.asarray(value) if in_state else value)
+        if in_state:
+            put("tensor", name, np.asarray(value))
+        else:
+            put("scalar", name, value)
         return
     if _is_torch(value, "tensor") or _is_array(value):
-        if np.ndim(value) == 0 and not in_state:
-            put(scalars, name, value)
-        else:
-            put(tensors, name, value)
+        put("scalar" if np.ndim(value) == 0 and not in_state else "tensor", name, value)
         return
     if _is_torch(value, "module"):
         for key, item in value.state_dict().items():
-            _flatten(item, f"{name}.{key}", scalars, tensors, in_state=True)
+            _flatten(item, f"{name}.{key}", out, in_state=True)
         return
     if _is_torch(value, "optimizer"):
         value = OptimizerRecord(value.state_dict())
     if isinstance(value, OptimizerRecord):
-        _flatten_optimizer(value.state_dict, name, scalars, tensors)
+        for index, entry in value.state_dict.get("state", {}).items():
+            _flatten(entry, f"{name}.state.{index}", out, in_state=True)
+        for g, group in enumerate(value.state_dict.get("param_groups", [])):
+            if group.get("lr") is not None and not callable(group["lr"]):
+                put("scalar", f"{name}.lr" if g == 0 else f"{name}.lr.{g}", group["lr"])
         return
     if _is_nnx_module(value):
         from parity.convert import module_state
 
         for key, variable in module_state(value).items():
-            _flatten(variable[...], f"{name}.{key}", scalars, tensors, in_state=True)
+            _flatten(variable[...], f"{name}.{key}", out, in_state=True)
         return
     if isinstance(value, Mapping):
         for key, item in value.items():
-            _flatten(item, f"{name}.{key}", scalars, tensors, in_state=in_state)
+            _flatten(item, f"{name}.{key}", out, in_state=in_state)
         return
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _flatten(item, f"{name}.{index}", scalars, tensors, in_state=in_state)
+            _flatten(item, f"{name}.{index}", out, in_state=in_state)
         return
     raise TypeError(f"{name}: cannot record a {type(value).__module__}.{type(value).__qualname__} (record numbers, "
                     "tensors/arrays, torch or flax.nnx modules, optimizers, or dicts/lists of them)")
-
-
-def _flatten_optimizer(state_dict: Mapping[str, Any], name: str, scalars: dict[str, Any],
-                       tensors: dict[str, Any]) -> None:
-    for index, entry in state_dict.get("state", {}).items():
-        for key, item in entry.items():
-            _flatten(item, f"{name}.state.{index}.{key}", scalars, tensors, in_state=True)
-    for g, group in enumerate(state_dict.get("param_groups", [])):
-        lr = group.get("lr")
-        if lr is not None and not callable(lr):
-            key = f"{name}.lr" if g == 0 else f"{name}.lr.{g}"
-            if key in scalars or key in tensors:
-                raise ValueError(f"two values are recorded as {key!r}")
-            scalars[key] = lr
 
 
 def _scalar(value: Any, name: str) -> float | int:
