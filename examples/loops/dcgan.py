@@ -37,7 +37,8 @@ that flows out of D, as torch's ``errG.backward()`` through ``fake``.
 
 Each step records ``loss_D``, ``loss_G``, ``D_x``, ``D_G_z1``, ``D_G_z2``;
 every ``keep_every`` steps (and the last) the two networks' state dicts
-(``netG.main.0.weight``, ...); at each sample the generated ``fake_fixed``.
+(``netG.main.0.weight``, ...), and in a recording the two Adams' states
+(``optD.state.0.exp_avg``, ...); at each sample the generated ``fake_fixed``.
 
 Run: ``python -m examples.loops.dcgan --framework torch --out runs/dcgan-torch --steps 50 --dtype float64``.
 """
@@ -112,6 +113,13 @@ def _generator_layers(c: Config) -> list[tuple]:
         rows += [("convT", c.ngf * mult, c.ngf * mult // 2, 4, 2, 1), ("bn", c.ngf * mult // 2), ("relu",)]
         mult //= 2
     return rows + [("convT", c.ngf, c.nc, 4, 2, 1), ("tanh",)]
+
+
+def _torch_order(rows: list[tuple]) -> list[str]:
+    """The parameters of a ``main`` Sequential of ``rows`` in torch's ``parameters()`` order (a module that
+    ``nnx.merge`` rebuilt lists its attributes sorted, so its own order is not torch's)."""
+    names = {"conv": ("weight",), "convT": ("weight",), "bn": ("weight", "bias")}
+    return [f"main.{i}.{p}" for i, (kind, *_) in enumerate(rows) for p in names.get(kind, ())]
 
 
 def _discriminator_layers(c: Config) -> list[tuple]:
@@ -254,7 +262,7 @@ def train_torch(folder: Any = None, *, steps: int = 50, dtype: str = "float64", 
             modules = None
             if kept(step, steps, c.keep_every):
                 values["netG"], values["netD"] = state(netG), state(netD)
-                modules = {"netG": netG, "netD": netD}
+                modules = {"netG": netG, "netD": netD, "optD": optimizerD, "optG": optimizerG}
             record(records, rec, step, values, modules)
     return records
 
@@ -425,6 +433,14 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
                 pD, bD, _, pG, bG, _ = carry
                 values["netG"], values["netD"] = state(pG, bG), state(pD, bD)
                 modules = {"netG": nnx.merge(graphG, pG, bG), "netD": nnx.merge(graphD, pD, bD)}
+                if rec is not None:  # the Adams' states under torch's state_dict names
+                    import parity
+
+                    adam = {"lr": c.lr, "betas": (c.beta1, 0.999)}
+                    for name, net, opt_state, rows in (("optD", "netD", carry[2], _discriminator_layers(c)),
+                                                       ("optG", "netG", carry[5], _generator_layers(c))):
+                        modules[name] = parity.optimizer_record(opt_state, modules[net], name="Adam",
+                                                                hyperparameters=adam, param_names=_torch_order(rows))
             record(records, rec, step, values, modules)
     return records
 
@@ -436,10 +452,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="the recording's folder (parity.Recorder)")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--draw-dtype", choices=("float64", "float32"), default=None,
+                        help="the dtype random numbers are drawn in (float32 with --dtype float64: "
+                             "a float32 run's twin)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     train = train_torch if args.framework == "torch" else train_jax
-    records = train(args.out, steps=args.steps, dtype=args.dtype, seed=args.seed)
+    records = train(args.out, steps=args.steps, dtype=args.dtype, seed=args.seed, draw_dtype=args.draw_dtype)
     last = records[-1]
     print(f"[{len(records)} steps] Loss_D: {last['loss_D']:.4f} Loss_G: {last['loss_G']:.4f} D(x): {last['D_x']:.4f} "
           f"D(G(z)): {last['D_G_z1']:.4f} / {last['D_G_z2']:.4f}")

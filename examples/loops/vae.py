@@ -25,7 +25,8 @@ each call, in torch's order), the sample's latents from
 ``jax_impl.random.randn``.
 
 Each step records ``loss``; every ``keep_every`` steps (and the last) the
-model's state dict (``model.fc1.weight``, ...); at each epoch's last step
+model's state dict (``model.fc1.weight``, ...), and in a recording Adam's
+state (``optimizer.state.0.exp_avg``, ...); at each epoch's last step
 ``test_loss`` and the decoded ``sample``.
 
 Run: ``python -m examples.loops.vae --framework jax --out runs/vae-jax --steps 50 --dtype float64``.
@@ -179,7 +180,7 @@ def train_torch(folder: Any = None, *, steps: int = 50, dtype: str = "float64", 
             modules = None
             if kept(step, steps, c.keep_every):
                 values["model"] = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-                modules = {"model": model}
+                modules = {"model": model, "optimizer": optimizer}
             record(records, rec, step, values, modules)
     return records
 
@@ -311,6 +312,14 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
             if kept(step, steps, c.keep_every):
                 values["model"] = state(params)
                 modules = {"model": nnx.merge(graphdef, params)}
+                if rec is not None:  # Adam's state under torch's state_dict names
+                    import parity
+
+                    # torch's parameters() order (a module nnx.merge rebuilt lists its attributes sorted)
+                    layers = ("fc1", "fc21", "fc22", "fc3", "fc4")
+                    order = [f"{layer}.{p}" for layer in layers for p in ("weight", "bias")]
+                    modules["optimizer"] = parity.optimizer_record(opt_state, modules["model"], name="Adam",
+                                                                   hyperparameters={"lr": c.lr}, param_names=order)
             record(records, rec, step, values, modules)
     return records
 
@@ -322,10 +331,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="the recording's folder (parity.Recorder)")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--draw-dtype", choices=("float64", "float32"), default=None,
+                        help="the dtype random numbers are drawn in (float32 with --dtype float64: "
+                             "a float32 run's twin)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     train = train_torch if args.framework == "torch" else train_jax
-    records = train(args.out, steps=args.steps, dtype=args.dtype, seed=args.seed)
+    records = train(args.out, steps=args.steps, dtype=args.dtype, seed=args.seed, draw_dtype=args.draw_dtype)
     print(f"[{len(records)} steps] loss: {records[-1]['loss'] / Config().batch_size:.4f} per image (last batch)")
 
 

@@ -54,9 +54,12 @@ def test_fifty_steps_float32_within_torchs_floor():
 
 @pytest.mark.skipif(getattr(parity, "compare_runs", None) is None, reason="parity.Recorder is not there yet")
 def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
-    """``python -m examples.loops.dcgan`` on each side, then ``parity.compare_runs`` on the two folders."""
+    """``python -m examples.loops.dcgan`` on each side, then ``parity.compare_runs`` on the two folders: the
+    networks, samples and scalars, and the two Adams' states under torch's names (BatchNorm weights and
+    biases in torch's order)."""
     with one_thread():
         dcgan.main(["--framework", "torch", "--out", str(tmp_path / "torch"), "--steps", "2"])
     dcgan.main(["--framework", "jax", "--out", str(tmp_path / "jax"), "--steps", "2"])
     report = parity.compare_runs(tmp_path / "torch", tmp_path / "jax")
     assert report.passed, report
+    assert {"optD.state.2.exp_avg", "optG.state.2.exp_avg_sq", "fake_fixed"} <= set(report.recordings["last"])

@@ -53,9 +53,11 @@ def test_fifty_steps_float32_within_torchs_floor():
 
 @pytest.mark.skipif(getattr(parity, "compare_runs", None) is None, reason="parity.Recorder is not there yet")
 def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
-    """``python -m examples.loops.vae`` on each side, then ``parity.compare_runs`` on the two folders."""
+    """``python -m examples.loops.vae`` on each side, then ``parity.compare_runs`` on the two folders, Adam's
+    state included under torch's names."""
     with one_thread():
         vae.main(["--framework", "torch", "--out", str(tmp_path / "torch"), "--steps", "2"])
     vae.main(["--framework", "jax", "--out", str(tmp_path / "jax"), "--steps", "2"])
     report = parity.compare_runs(tmp_path / "torch", tmp_path / "jax")
     assert report.passed, report
+    assert {"optimizer.state.0.exp_avg", "optimizer.state.9.exp_avg_sq"} <= set(report.recordings["last"])
