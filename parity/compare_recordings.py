@@ -308,16 +308,17 @@ def render_recordings_markdown(report: RecordingsReport) -> str:
         rec["a"]["folder"], rec["a"]["framework"], rec["a"]["dtype"], rec["b"]["folder"], rec["b"]["framework"],
         rec["b"]["dtype"], "" if rec["floor"] is None else f", floor = `{rec['floor']['folder']}`",
         rec["steps_compared"], step_ranges(rec["tensor_steps_compared"])), ""]
+    floor = rec["floor"] is not None
     if report.first_divergent_step is not None:
         extra += [f"First divergent step: {report.first_divergent_step}; the first name that parts there: "
                   f"`{rec['first_divergent_name']}`. Every name that parts at that step:", "",
-                  "| name | kind | max rel | torch f32 vs f64 | ratio |", "|---|---|---:|---:|---:|"]
-        extra += [f"| {m['name']} | {m['kind']} | {_fmt(m['ours'])} | {_fmt(m['floor'])} | "
-                  f"{_fmt(m['ours'] / m['floor'] if m['floor'] and m['floor'] > 0 else math.nan)} |"
-                  for m in rec["divergent_step_names"]]
+                  "| name | kind | max rel | max abs |" + (" torch f32 vs f64 | judged by |" if floor else ""),
+                  "|---|---|---:|---:|" + ("---:|---:|" if floor else "")]
+        for m in rec["divergent_step_names"][:MAX_ROWS]:
+            floors = f" {_fmt(m['floor'])} | {_fmt(m['group_floor'])} |" if floor else ""
+            extra.append(f"| {m['name']} | {m['kind']} | {_fmt(m['ours'])} | {_fmt(m['max_abs'])} |{floors}")
         extra.append("")
     if rec["last"]:
-        floor = rec["floor"] is not None
         extra += ["Per name at its last step compared: B's distance from A" + (
                       ", beside torch's own float32-vs-float64 distance (the floor run's from A) and the floor its "
                       "group was judged by" if floor else "") + ".", "",

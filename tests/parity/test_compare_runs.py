@@ -71,6 +71,12 @@ def test_names_and_steps_on_one_side_only_are_listed(tmp_path):
     assert "steps only in A: 0-1" in report.message and "steps only in B: 6-8" in report.message
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Names only in B (not compared): `only_b`, `shaped`." in text and "Steps only in A: 0-1." in text
+    unclosed = parity.Recorder(tmp_path / "c", "numpy", keep_every=2)  # a run killed before close()
+    for i in range(3):
+        unclosed.step(i, loss=1.0 / (i + 1), w=np.full(3, float(i)))
+    report = parity.compare_runs(tmp_path / "a", tmp_path / "c")
+    assert report.passed and "recording B was not closed (interrupted at step 2)" in report.message
+    assert report.recordings["tensor_steps_compared"] == [0, 2]
 
 
 def test_nan_and_shape_differences_part(tmp_path):
