@@ -102,12 +102,12 @@ def test_fused_matches_torch_short(name, kwargs, dtype):
     assert_bit_identical(run_fused(name, kwargs, dtype, steps=10, seed=3), f"{name} {kwargs}")
 
 
-@pytest.mark.slow  # 3 configs x 100 steps per optimizer and dtype, ~2-3 s each (one compile per config)
+@pytest.mark.slow  # 2 configs x 100 steps per optimizer and dtype, ~2 s each (one compile per config)
 @pytest.mark.parametrize("dtype", H.DTYPES)
 @pytest.mark.parametrize("name", NAMES)
 def test_fused_grid_100_steps(name, dtype):
     rng = np.random.default_rng([NAMES.index(name), H.DTYPES.index(dtype)])
-    for i in range(3):
+    for i in range(2):
         kwargs = draw_config(name, rng)
         traj = run_fused(name, kwargs, dtype, steps=100, seed=i, shapes=SLOW_SHAPES)
         assert_bit_identical(traj, f"{name} {dtype} {kwargs}")
@@ -185,17 +185,12 @@ def test_half_precision_is_refused():
 
 
 def short_grid() -> None:
-    """The default-tier configs plus one seeded grid config per optimizer; run under a forced capability."""
+    """The default-tier configs, run under a forced capability."""
     for name, kwargs, dtype in SHORT:
         assert_bit_identical(run_fused(name, kwargs, dtype, steps=10, seed=3), f"{name} {kwargs}")
-    rng = np.random.default_rng(11)
-    for i, name in enumerate(NAMES):
-        dtype = H.DTYPES[i % 2]
-        kwargs = draw_config(name, rng)
-        assert_bit_identical(run_fused(name, kwargs, dtype, steps=10, seed=5), f"{name} {dtype} {kwargs}")
 
 
-@pytest.mark.slow  # ~15 s each: a fresh interpreter importing torch and jax, 8 runs
+@pytest.mark.slow  # ~10 s each: a fresh interpreter importing torch and jax, 4 runs
 @pytest.mark.parametrize("capability", ["avx2", "default"])
 def test_fused_matches_torch_under_forced_capability(capability):
     """``ATEN_CPU_CAPABILITY`` switches torch's kernels (AVX2: no 256-bit remainder copy; default: no FMA);
