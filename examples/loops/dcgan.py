@@ -56,7 +56,7 @@ import numpy as np
 import jax_impl.nn as jnn
 from examples.loops.recording import epochs, kept, record, recorder
 
-__all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "train_jax", "train_torch", "main"]
+__all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "main", "torch_networks", "train_jax", "train_torch"]
 
 REAL_LABEL = 1
 FAKE_LABEL = 0
@@ -137,7 +137,7 @@ def _discriminator_layers(c: Config) -> list[tuple]:
 # ----------------------------------------------------------------------------------------------- torch
 
 
-def _torch_networks(c: Config) -> tuple[type, type, Any]:
+def torch_networks(c: Config) -> tuple[type, type, Any]:
     """The example's ``Generator``, ``Discriminator`` and ``weights_init`` (layers from the rows above)."""
     import torch
     from torch import nn
@@ -203,7 +203,7 @@ def train_torch(folder: Any = None, *, steps: int = 50, dtype: str = "float64", 
     torch.manual_seed(seed)
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(images(c)).to(cdt))
     dataloader = torch.utils.data.DataLoader(dataset, batch_size=c.batch_size, shuffle=True)
-    Generator, Discriminator, weights_init = _torch_networks(c)
+    Generator, Discriminator, weights_init = torch_networks(c)
     default = torch.get_default_dtype()
     torch.set_default_dtype(ddt)  # the layers' own initialisation draws in the draw dtype
     try:

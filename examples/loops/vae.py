@@ -44,7 +44,7 @@ import numpy as np
 import jax_impl.nn as jnn
 from examples.loops.recording import epochs, kept, record, recorder
 
-__all__ = ["Config", "JaxVAE", "digits", "main", "train_jax", "train_torch"]
+__all__ = ["Config", "JaxVAE", "digits", "main", "torch_vae", "train_jax", "train_torch"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ def digits(train: bool) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------------- torch
 
 
-def _torch_vae(c: Config, draw_dtype: Any) -> Any:
+def torch_vae(c: Config, draw_dtype: Any) -> Any:
     """The example's ``VAE`` at ``c``'s sizes; ``randn_like`` draws in ``draw_dtype`` (the model's by default)."""
     import torch
     from torch import nn
@@ -139,7 +139,7 @@ def train_torch(folder: Any = None, *, steps: int = 50, dtype: str = "float64", 
     default = torch.get_default_dtype()
     torch.set_default_dtype(ddt)  # the layers' initialisation draws in the draw dtype
     try:
-        model = _torch_vae(c, ddt)()
+        model = torch_vae(c, ddt)()
     finally:
         torch.set_default_dtype(default)
     model.to(cdt)
