@@ -40,7 +40,7 @@ on); :func:`eval_step` runs it in eval mode, as ``model.eval()`` under
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -51,8 +51,8 @@ from jax_impl._barrier import barrier
 from jax_impl.nn.utils import clip_grad_norm_
 from jax_impl.random.host_draws import jit_with_host_draws
 
-__all__ = ["TrainState", "accumulating_train_step", "eval_step", "init_train_state", "loss_and_grads",
-           "merge_model", "train_step"]
+__all__ = ["TrainState", "accumulating_train_step", "closure_train_step", "eval_step", "init_train_state",
+           "loss_and_grads", "merge_model", "train_step"]
 
 
 class TrainState(NamedTuple):
@@ -201,6 +201,64 @@ def accumulating_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], t
             buffers, grads, loss = add_jit(state._replace(buffers=buffers), grads, x, y)
             losses.append(loss)
         return update_jit(state._replace(buffers=buffers), grads), losses
+
+    return step
+
+
+def closure_train_step(graphdef: Any, loss_fn: Callable[[Any, Any], Any], tx: Any, *,
+                       order: Sequence[int] | None = None,
+                       autocast: Any = None) -> Callable[[TrainState, Any, Any], tuple[TrainState, Any]]:
+    """The step of an optimizer with torch's closure protocol (``jax_impl.optim.lbfgs``), as torch's ::
+
+        def closure():
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            return loss
+        loss = optimizer.step(closure)
+
+    ``tx.step(closure, opt_state, params)`` runs on the host and calls the
+    closure as often as torch does; each call is one jitted forward and
+    backward in train mode on the same batch, so BatchNorm's running
+    statistics update and dropout draws masks per evaluation, as in torch.
+
+    Args:
+      graphdef: from :func:`init_train_state`.
+      loss_fn: ``loss_fn(outputs, targets)``.
+      tx: an optimizer with ``init(params)`` and ``step(closure, state, params) -> (loss, params, state)``.
+      order: the parameters' order in the optimizer's flat vector, as indices into the leaves of
+        ``state.params`` (torch's ``model.parameters()`` order; default: the leaves' own order).
+      autocast: as :func:`train_step`.
+
+    Returns:
+      ``step(state, x, y) -> (state, loss)``, ``loss`` the first evaluation's (torch's
+      ``optimizer.step(closure)`` return value). The state's ``opt_state`` is ``tx``'s host state.
+    """
+    grad_fn = jit_with_host_draws(
+        lambda state, x, y: loss_and_grads(graphdef, loss_fn, state, x, y, autocast=autocast), key_argnums=(1, 2))
+
+    def step(state: TrainState, x: Any, y: Any) -> tuple[TrainState, Any]:
+        leaves, treedef = jax.tree.flatten(state.params)
+        index = list(range(len(leaves))) if order is None else list(order)
+        if sorted(index) != list(range(len(leaves))):
+            raise ValueError(f"order must be a permutation of the {len(leaves)} parameter leaves, got {index}")
+        buffers = state.buffers
+
+        def tree_of(ordered: Sequence[Any]) -> Any:
+            flat = [None] * len(ordered)
+            for position, leaf in zip(index, ordered, strict=True):
+                flat[position] = leaf
+            return jax.tree.unflatten(treedef, flat)
+
+        def closure(ordered: Sequence[Any]) -> tuple[Any, list[Any]]:
+            nonlocal buffers  # each evaluation's forward updates them, as torch's closure's does
+            loss, grads, buffers = grad_fn(TrainState(tree_of(ordered), buffers, None), x, y)
+            grad_leaves = treedef.flatten_up_to(grads)
+            return loss, [grad_leaves[i] for i in index]
+
+        loss, ordered, opt_state = tx.step(closure, state.opt_state, [leaves[i] for i in index])
+        params = tree_of([jax.numpy.asarray(leaf) for leaf in ordered])
+        return TrainState(params, buffers, opt_state), loss
 
     return step
 

@@ -309,6 +309,16 @@ def _probe(torch_model: torch.nn.Module, loss_fn: Any, loader: Any, dtype: torch
         torch_model.train(was_training)
 
 
+def _check_gradients(name: str, torch_model: torch.nn.Module) -> None:
+    """:func:`parity.optim.check_gradients_fit` as a config error (SparseAdam on dense gradients)."""
+    from parity.optim import check_gradients_fit
+
+    try:
+        check_gradients_fit(name, torch_model)
+    except RuntimeError as error:  # NotImplementedError too: it subclasses RuntimeError
+        raise ConfigError(f"{type(error).__name__}: {error}", path="optimizer") from None
+
+
 def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any] | None = None) -> Experiment:
     from flax import nnx
 
@@ -352,6 +362,7 @@ def _build(cfg: Any, models: tuple[Any, Any] | None = None, data: tuple[Any, Any
     t_loss = build_loss(cfg.train.loss, "torch")
     _probe(torch_model, t_loss, t_train, t_dtype)
     steps_per_epoch = -(-len(t_train) // cfg.train.accumulate)  # optimizer steps: train.accumulate batches each
+    _check_gradients(cfg.optimizer.name, torch_model)
     t_opt, groups = torch_optimizer(cfg.optimizer, torch_model)
     t_sched = build_scheduler(cfg.scheduler, t_opt) if cfg.scheduler is not None else None
     tx, lrs = jax_optimizer(cfg.optimizer, cfg.scheduler, steps_per_epoch, groups)

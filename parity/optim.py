@@ -15,11 +15,16 @@ import jax_impl.optim
 from jax_impl.optim import TorchTransformation
 from torch_ref.optim import optimizer_class, optimizer_spec
 
-__all__ = ["build_jax_optimizer", "jax_optimizer_factory", "param_group_members"]
+__all__ = ["CLOSURE_OPTIMIZERS", "build_jax_optimizer", "check_gradients_fit", "jax_optimizer_factory",
+           "param_group_members"]
 
 
-# jax_impl has them, with torch's closure protocol, but a runner's step hands over gradients only.
-_CLOSURE_OPTIMIZERS = frozenset({"LBFGS"})
+# They step with torch's closure protocol (``optimizer.step(closure)``, several loss evaluations per step):
+# ``parity run`` drives them with the closure step of both frameworks (torch_step / jax_impl.train).
+CLOSURE_OPTIMIZERS = frozenset({"LBFGS"})
+
+# torch's message for a dense gradient (torch/optim/sparse_adam.py).
+_SPARSE_ADAM_DENSE = "SparseAdam does not support dense gradients, please consider Adam instead"
 
 
 def jax_optimizer_factory(name: str) -> Any:
@@ -27,22 +32,41 @@ def jax_optimizer_factory(name: str) -> Any:
 
     Raises:
       ValueError: ``name`` is not a ``torch.optim`` optimizer.
-      NotImplementedError: torch has it, ``jax_impl.optim`` does not (e.g. ``SparseAdam``), or it steps with
-        a closure (``LBFGS``), which the runners do not drive.
+      NotImplementedError: torch has it, ``jax_impl.optim`` does not.
     """
     optimizer_class(name)  # ValueError for names torch does not have
-    if name == "SparseAdam":
-        raise NotImplementedError("torch.optim.SparseAdam steps on sparse gradients (nn.Embedding(sparse=True)), "
-                                  "which parity run's training step does not produce: use "
-                                  "jax_impl.optim.sparseadam with SparseGrad in your own loop")
-    if name in _CLOSURE_OPTIMIZERS:
-        raise NotImplementedError(f"torch.optim.{name} steps with a closure (several loss evaluations per step), "
-                                  f"which parity run's training step does not drive: use jax_impl.optim."
-                                  f"{name.lower()}(...).step(closure, state, params) in your own loop")
     factory = getattr(jax_impl.optim, name.lower(), None)
     if factory is None or name.lower() not in jax_impl.optim.__all__ or isinstance(factory, type):
         raise NotImplementedError(f"torch.optim.{name} has no jax_impl.optim counterpart ({name.lower()!r} is missing)")
     return factory
+
+
+def check_gradients_fit(name: str, torch_model: Any) -> None:
+    """Refuses an optimizer the gradients of ``parity run``'s training step cannot feed.
+
+    ``SparseAdam`` steps on sparse gradients only. A model without
+    ``nn.Embedding(sparse=True)`` gives dense ones, on which torch's first
+    ``step()`` raises: that error is raised here, before anything runs. A
+    model with sparse embeddings is refused as well, since the JAX train step
+    differentiates densely (``jax_impl.optim.sparseadam`` takes the
+    ``SparseGrad`` of ``jax_impl.optim.sparse_adam.embedding_sparse_grad`` in
+    your own loop).
+
+    Raises:
+      RuntimeError: torch's dense-gradient error.
+      NotImplementedError: sparse gradients in ``parity run``.
+    """
+    if name != "SparseAdam":
+        return
+    import torch
+
+    sparse = [n for n, m in torch_model.named_modules()
+              if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse]
+    if not sparse:
+        raise RuntimeError(_SPARSE_ADAM_DENSE)
+    raise NotImplementedError(f"sparse gradients in parity run (nn.Embedding(sparse=True) at {', '.join(sparse)}): "
+                              "the JAX train step differentiates densely; use jax_impl.optim.sparseadam with "
+                              "jax_impl.optim.sparse_adam.embedding_sparse_grad in your own loop")
 
 
 def build_jax_optimizer(section: Any) -> TorchTransformation:

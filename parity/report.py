@@ -40,6 +40,9 @@ class EpochRecord:
     lrs: list[float] = dataclasses.field(default_factory=list)  # every group's, when there are several
     floor_max_rel: float = math.nan
     floor_worst: str | None = None
+    # train.ema: the averaged parameters' distance (as param_max_rel) and its worst tensor.
+    ema_max_rel: float = math.nan
+    ema_worst_leaf: str | None = None
     # Per parameter and BatchNorm running statistic: [JAX-vs-torch max rel, torch f32-vs-f64 max rel (NaN
     # without the floor run)]. The verdict reads the parameters only.
     leaves: dict[str, list[float]] = dataclasses.field(default_factory=dict)
@@ -168,6 +171,10 @@ def render_markdown(report: RunReport) -> str:
             f"{_fmt(e.buffer_max_rel)} | {_fmt(e.torch_accuracy)} | {_fmt(e.jax_accuracy)} | {_fmt(e.agreement)} | "
             f"{_fmt(e.torch_seconds)} | {_fmt(e.jax_seconds)} |"
         )
+    if any(not math.isnan(e.ema_max_rel) for e in report.epochs):
+        lines += ["", "Averaged weights (`train.ema`), torch's `AveragedModel` against `jax_impl.optim.swa_utils`':",
+                  "", "| epoch | EMA max rel | worst tensor |", "|---:|---:|---|"]
+        lines += [f"| {e.epoch + 1} | {_fmt(e.ema_max_rel)} | {_fmt(e.ema_worst_leaf)} |" for e in report.epochs]
     leaves = report.epochs[-1].leaves if report.epochs else {}
     if leaves and any(not math.isnan(f) for _, f in leaves.values()):
         lines += ["", f"Per tensor after step {report.epochs[-1].steps}: JAX's distance from torch beside torch's "

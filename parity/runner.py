@@ -41,6 +41,7 @@ from parity.measure import accuracies, input_array, losses_differ, lr_fields, me
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, preload_plotting, write_report
 from parity.torch_step import micro_batch_groups, model_input, step_loss, torch_train_step
+from parity.weight_average import WeightAverages
 
 __all__ = ["DivergenceError", "run_single"]
 
@@ -66,6 +67,7 @@ class _Run:
     epoch: int = 0  # the epoch the next step belongs to
     step: int = 0  # optimizer steps done
     floor: FloorReference | None = None  # torch's float64 twin of a float32 run
+    ema: WeightAverages | None = None  # train.ema: both sides' averaged weights
 
     @property
     def config(self) -> Any:
@@ -88,6 +90,11 @@ def run_single(cfg: Any, *, only: str | None = None, max_steps: int | None = Non
     total = exp.total_steps(max_steps)
     report = RunReport(name=cfg.name, config=cfg.to_dict(), only=only, total_steps=total, init=exp.init)
     run = _Run(exp, report, only, max_steps, total, None, phases, progress, exp.opt_state)
+    if cfg.train.ema is not None:
+        if ckpt is not None:
+            raise ConfigError("--resume with train.ema: checkpoints do not hold the averaged weights",
+                              path="train.ema")
+        run.ema = WeightAverages(cfg.train.ema, exp.torch_model, exp.jax_model, only)
     if ckpt is not None:
         run.opt_state = restore(exp, ckpt, resume_from=resume_from, allow_config_change=allow_config_change,
                                 only=only)
@@ -140,9 +147,22 @@ def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
     """``step(state, micro_batches) -> (state, losses)``: ``jax_impl.train``'s step of this run (with
     ``train.clip_grad_norm``; ``accumulating_train_step`` when ``train.accumulate > 1``). The input state
     is kept (no donation), since the step's starting state is the snapshot a divergent step is replayed from."""
-    from jax_impl.train import accumulating_train_step, train_step
+    from jax_impl.train import accumulating_train_step, closure_train_step, train_step
+    from parity.optim import CLOSURE_OPTIMIZERS
 
     train = exp.config.train
+    if exp.config.optimizer.name in CLOSURE_OPTIMIZERS:
+        # The optimizer's flat vector in torch's parameters() order, as torch's _gather_flat_grad has it.
+        leaves = _leaf_names(_nnx_params(exp))
+        order = [leaves.index(name + ".value") for name in exp.groups[0][1]]
+        closure_step = closure_train_step(graphdef, exp.j_loss, exp.tx, order=order, autocast=_jax_autocast(exp))
+
+        def one_closure_batch(state: Any, micro_batches: Any) -> tuple[Any, list[Any]]:
+            (x, y), = micro_batches
+            state, loss = closure_step(state, x, y)
+            return state, [loss]
+
+        return one_closure_batch
     clip = {"clip_grad_norm": train.clip_grad_norm, "norm_type": train.clip_grad_norm_type,
             "autocast": _jax_autocast(exp)}
     if train.accumulate > 1:
@@ -155,6 +175,22 @@ def _jax_step_fn(exp: Experiment, graphdef: Any) -> Any:
         return state, [loss]
 
     return one_batch
+
+
+def _nnx_params(exp: Experiment) -> Any:
+    """The JAX model's parameters (``nnx.State``)."""
+    from flax import nnx
+
+    return nnx.state(exp.jax_model, nnx.Param)
+
+
+def _leaf_names(tree: Any) -> list[str]:
+    """Dotted key paths of ``tree``'s leaves in JAX's flattening order (``parity._tree``'s spelling)."""
+    import jax
+
+    from parity._tree import jax_key_name
+
+    return [".".join(jax_key_name(entry) for entry in path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 def _torch_autocast(exp: Experiment) -> torch.dtype | None:
@@ -293,6 +329,8 @@ def _train_epoch(run: _Run, jax_step: Any, advance: Any) -> tuple[float, float]:
                                         norm_type=train.clip_grad_norm_type, autocast=_torch_autocast(exp))
             if per_step_schedule:
                 exp.t_sched.step()
+            if run.ema is not None:
+                run.ema.update_torch()
             record["torch_loss"] = step_loss(t_losses)
             t_time += time.perf_counter() - start
             if run.floor is not None:  # the float64 twin draws the same dropout masks as this step did
@@ -302,6 +340,8 @@ def _train_epoch(run: _Run, jax_step: Any, advance: Any) -> tuple[float, float]:
             start = time.perf_counter()
             j_batches = [(_jax_input(jx_b, exp.np_dtype), jnp.asarray(np.asarray(jy_b))) for _, (jx_b, jy_b) in group]
             state, j_losses = jax_step(state, j_batches)
+            if run.ema is not None:
+                run.ema.update_jax(state.params)
             record["jax_loss"] = step_loss([float(loss) for loss in j_losses])
             j_time += time.perf_counter() - start
         report.steps.append(record)
@@ -367,6 +407,8 @@ def _measure(run: _Run, t_time: float, j_time: float) -> EpochRecord:
             floor = {**run.floor.distances(exp.torch_model),
                      **(run.floor.distances(exp.torch_model, buffers=True) if buffers else {})}
         measure_states(rec, theirs, ours, params=params, buffers=buffers, floor=floor, tol=exp.config.train.tolerance)
+        if run.ema is not None:
+            rec.ema_max_rel, rec.ema_worst_leaf = run.ema.distance()
     if exp.eval_loaders is not None:
         rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(run)
     return rec

@@ -11,6 +11,18 @@ three follow one recipe::
         (loss / k).backward()                        # plain loss.backward() when k == 1
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)   # train.clip_grad_norm
     optimizer.step()
+
+An optimizer that steps with a closure (``torch.optim.LBFGS``) evaluates the
+batch's loss and gradients as often as it needs (one micro-batch, no
+accumulation or clipping: the config refuses them)::
+
+    def closure():
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):   # train.autocast
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+    loss = optimizer.step(closure)                   # the first evaluation's loss
 """
 
 from __future__ import annotations
@@ -72,6 +84,8 @@ def torch_train_step(model: torch.nn.Module, loss_fn: Any, optimizer: torch.opti
     loss under ``torch.autocast("cpu", dtype=autocast)``; the backward and the
     step run outside it, as torch's AMP recipe has them.
     """
+    if isinstance(optimizer, torch.optim.LBFGS):
+        return [_closure_step(model, loss_fn, optimizer, micro_batches, dtype, autocast)]
     optimizer.zero_grad()
     losses = []
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
@@ -87,3 +101,23 @@ def torch_train_step(model: torch.nn.Module, loss_fn: Any, optimizer: torch.opti
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm, norm_type)
     optimizer.step()
     return losses
+
+
+def _closure_step(model: torch.nn.Module, loss_fn: Any, optimizer: torch.optim.Optimizer,
+                  micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype,
+                  autocast: torch.dtype | None) -> float:
+    """``optimizer.step(closure)`` on one batch; the loss of the closure's first evaluation."""
+    if len(micro_batches) != 1:
+        raise ValueError(f"{type(optimizer).__name__} steps on one batch with a closure, got {len(micro_batches)} "
+                         "micro-batches (train.accumulate must be 1)")
+    (x, y), = micro_batches
+    x = model_input(x, dtype)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        with autocast_context(autocast):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+
+    return float(optimizer.step(closure).item())

@@ -37,6 +37,7 @@ __all__ = [
     "LossConfig",
     "DataConfig",
     "ToleranceConfig",
+    "EMAConfig",
     "TrainConfig",
     "ParallelConfig",
     "ExperimentConfig",
@@ -258,6 +259,22 @@ class ToleranceConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EMAConfig:
+    """An exponential moving average of the weights beside the run (``train.ema``).
+
+    torch's side: ``AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))``
+    and ``update_parameters(model)`` after every optimizer step; the JAX side:
+    ``jax_impl.optim.swa_utils``' same rule. The averaged parameters are
+    compared after every epoch (the report's *EMA max rel*).
+    """
+
+    decay: float = 0.999
+
+    def __post_init__(self) -> None:
+        _require(0.0 <= self.decay <= 1.0, "decay", f"must be in [0, 1], got {self.decay}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """The training loop both frameworks run.
 
@@ -288,6 +305,9 @@ class TrainConfig:
     gradients and optimizer state stay float32. The float64 floor twin runs
     without autocast, so the floor verdict measures torch's bf16 run against
     float64.
+
+    ``ema: {decay: 0.999}``: an exponential moving average of the weights on
+    both sides (:class:`EMAConfig`), compared after every epoch.
     """
 
     epochs: int = 3
@@ -302,6 +322,7 @@ class TrainConfig:
     clip_grad_norm_type: float = 2.0
     accumulate: int = 1
     autocast: Literal["bfloat16"] | None = None
+    ema: EMAConfig | None = None
 
     def __post_init__(self) -> None:
         _require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
@@ -353,6 +374,22 @@ class ExperimentConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     parallel: ParallelConfig | None = None
 
+    # torch.optim classes whose step takes a closure (several loss evaluations on one batch).
+    CLOSURE_OPTIMIZERS: ClassVar[frozenset[str]] = frozenset({"LBFGS"})
+
+    def __post_init__(self) -> None:
+        parallel = self.parallel is not None and self.parallel.world_size > 1
+        if self.optimizer.name in self.CLOSURE_OPTIMIZERS:
+            what = f"optimizer {self.optimizer.name} steps with a closure, on one batch at a time"
+            _require(self.train.accumulate == 1, "train.accumulate", f"{what}: train.accumulate must be 1")
+            _require(self.train.clip_grad_norm is None, "train.clip_grad_norm",
+                     f"{what}: its closure evaluates the gradients it uses, so train.clip_grad_norm cannot clip them")
+            _require(self.scheduler is None, "scheduler",
+                     f"{what}: a scheduler with it is not supported (jax_impl.optim.lbfgs takes a float lr)")
+            _require(not parallel, "parallel", f"{what}: data-parallel runs are not supported")
+        _require(self.train.ema is None or not parallel, "train.ema",
+                 "weight averaging (train.ema) is not supported in data-parallel runs")
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain YAML-able data (every default filled in)."""
         order = ("name", "model", "data", "optimizer", "scheduler", "train", "parallel")
@@ -363,7 +400,8 @@ class ExperimentConfig:
 # they existed read the same.
 _OMITTED_AT_DEFAULT = {
     DataConfig: {"transform": (), "eval_transform": None},
-    TrainConfig: {"clip_grad_norm": None, "clip_grad_norm_type": 2.0, "accumulate": 1, "autocast": None},
+    TrainConfig: {"clip_grad_norm": None, "clip_grad_norm_type": 2.0, "accumulate": 1, "autocast": None,
+                  "ema": None},
     ParallelConfig: {"processes": 1},
 }
 

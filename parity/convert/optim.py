@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from parity._tree import jax_key_name, to_numpy
+from parity.convert.lbfgs import lbfgs_state_from_torch, lbfgs_state_to_torch
 from parity.optim import jax_optimizer_factory
 from torch_ref.optim import optimizer_class
 
@@ -55,6 +56,18 @@ def _always(h: Mapping[str, Any]) -> bool:
     return True
 
 
+def _any_ndim(ndim: int) -> bool:
+    return True
+
+
+def _matrix(ndim: int) -> bool:
+    return ndim > 1
+
+
+def _vector(ndim: int) -> bool:
+    return ndim <= 1
+
+
 @dataclasses.dataclass(frozen=True)
 class _Key:
     """One torch state key (jax_impl names its NamedTuple field alike) and when torch has it."""
@@ -62,6 +75,7 @@ class _Key:
     torch: str
     scalar: bool = False  # a scalar tensor per param in torch, one float32 scalar in jax_impl
     used: Callable[[Mapping[str, Any]], bool] = _always
+    fits: Callable[[int], bool] = _any_ndim  # by the parameter's ndim (Adafactor's factored moments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +83,7 @@ class _Spec:
     keys: tuple[_Key, ...]  # torch's insertion order, after "step"
     step: bool = True  # torch keeps state["step"]
     eager: bool = False  # torch fills the state in __init__ (Adagrad)
+    int_step: bool = False  # state["step"] is a Python int, not a scalar tensor (SparseAdam)
 
 
 _ADAM = _Spec((_Key("exp_avg"), _Key("exp_avg_sq"), _Key("max_exp_avg_sq", used=_flag("amsgrad"))))
@@ -86,6 +101,9 @@ _SPECS: dict[str, _Spec] = {
     "ASGD": _Spec((_Key("eta", scalar=True), _Key("mu", scalar=True), _Key("ax"))),
     "Rprop": _Spec((_Key("prev"), _Key("step_size"))),
     "Muon": _Spec((_Key("momentum_buffer"),), step=False),  # torch's Muon counts no steps
+    # torch factors the second moment of a parameter of 2 or more dimensions into row and column variances.
+    "Adafactor": _Spec((_Key("row_var", fits=_matrix), _Key("col_var", fits=_matrix), _Key("variance", fits=_vector))),
+    "SparseAdam": _Spec(_MOMENTS.keys, int_step=True),
     "RMSprop": _Spec(
         (_Key("square_avg"), _Key("momentum_buffer", used=_nonzero("momentum")), _Key("grad_avg", used=_flag("centered")))
     ),
@@ -246,6 +264,8 @@ def optimizer_state_from_torch(
         step counts (or NAdam/ASGD scalars) that differ between parameters.
       NotImplementedError: an optimizer or option ``jax_impl.optim`` lacks.
     """
+    if name == "LBFGS":  # one flat state for all parameters, not a per-parameter table
+        return lbfgs_state_from_torch(torch_state_dict, params)
     spec = _spec(name)
     groups = list(torch_state_dict.get("param_groups", []))
     torch_state = dict(torch_state_dict.get("state", {}))
@@ -269,13 +289,14 @@ def optimizer_state_from_torch(
         return initial  # before the first step: torch has created no state yet
 
     used = [key for key in spec.keys if key.used(hyper)]
-    expected = (["step"] if spec.step else []) + [key.torch for key in used]
     treedef = jax.tree.structure(params)
     fields = {key.torch: treedef.flatten_up_to(getattr(initial, key.torch)) for key in used if not key.scalar}
     scalars: dict[str, list[tuple[int, Any]]] = {key.torch: [] for key in used if key.scalar}
     steps: list[tuple[int, Any]] = []
     for i in range(len(names)):
         state = per_param.get(i, {})
+        here = [key for key in used if key.fits(np.ndim(leaves[order[i]]))]
+        expected = (["step"] if spec.step else []) + [key.torch for key in here]
         for key in expected:
             if key not in state:
                 raise KeyError(
@@ -287,7 +308,7 @@ def optimizer_state_from_torch(
                 raise KeyError(f"{_where(i, torch_names[i], key)} is unexpected for torch.optim.{name} with {build_kwargs or 'defaults'}")
         if spec.step:
             steps.append((i, _step_value(state["step"], _where(i, torch_names[i], "step"))))
-        for key in used:
+        for key in here:
             where = _where(i, torch_names[i], key.torch)
             if key.scalar:
                 scalars[key.torch].append((i, _scalar_value(state[key.torch], where)))
@@ -296,8 +317,10 @@ def optimizer_state_from_torch(
             if not isinstance(value, torch.Tensor):
                 raise ValueError(f"{where}: expected a tensor, got {type(value).__name__}")
             array, leaf = to_numpy(value), leaves[order[i]]
-            if array.shape != tuple(leaf.shape):
-                raise ValueError(f"{where}: shape {tuple(array.shape)} does not match the JAX param's {tuple(leaf.shape)}")
+            want = tuple(fields[key.torch][order[i]].shape)  # the param's, or Adafactor's row/column shape
+            if array.shape != want:
+                of = "" if want == tuple(leaf.shape) else f"{want}, for "
+                raise ValueError(f"{where}: shape {tuple(array.shape)} does not match {of}the JAX param's {tuple(leaf.shape)}")
             if array.dtype != leaf.dtype:
                 raise ValueError(f"{where}: dtype {array.dtype} does not match the JAX param's {leaf.dtype}")
             fields[key.torch][order[i]] = jnp.asarray(array)
@@ -364,6 +387,8 @@ def optimizer_state_to_torch(
         hyperparameters (e.g. momentum buffers with ``momentum=0``).
       NotImplementedError: an optimizer or option ``jax_impl.optim`` lacks.
     """
+    if name == "LBFGS":
+        return lbfgs_state_to_torch(jax_state, params, hyperparameters=hyperparameters)
     spec = _spec(name)
     hyper = {key: _plain(value) for key, value in (hyperparameters or {}).items()}
     for key, value in hyper.items():
@@ -393,12 +418,17 @@ def optimizer_state_to_torch(
                                  f"{hyper or 'defaults'} keeps none")
             continue
         try:
-            flat[key.torch] = [np.asarray(v) for v in treedef.flatten_up_to(getattr(jax_state, key.torch))]
+            flat[key.torch] = [None if v is None else np.asarray(v)
+                               for v in treedef.flatten_up_to(getattr(jax_state, key.torch))]
         except (ValueError, TypeError) as error:
             raise ValueError(f"state field {key.torch!r} does not have the structure of params: {error}") from None
         wanted = treedef.flatten_up_to(getattr(expected, key.torch))
         for i, j in enumerate(order):  # torch's order, so the first error is torch's first param
             value, want, where = flat[key.torch][j], wanted[j], _where(i, names[j], key.torch)
+            if not key.fits(arrays[j].ndim):
+                continue
+            if value is None:
+                raise ValueError(f"{where}: no buffer, but torch.optim.{name} keeps one for a {arrays[j].ndim}-d param")
             if value.shape != want.shape:
                 raise ValueError(
                     f"{where}: shape {value.shape} does not match {want.shape} for torch.optim.{name} with {hyper or 'defaults'}"
@@ -412,9 +442,9 @@ def optimizer_state_to_torch(
         for i, j in enumerate(order):
             entry: dict[str, Any] = {}
             if spec.step:
-                entry["step"] = torch.tensor(float(count), dtype=_torch_scalar_dtype())
+                entry["step"] = count if spec.int_step else torch.tensor(float(count), dtype=_torch_scalar_dtype())
             for key in spec.keys:
-                if not key.used(group):
+                if not key.used(group) or not key.fits(arrays[j].ndim):
                     continue
                 if key.scalar:
                     entry[key.torch] = torch.tensor(float(np.float32(getattr(jax_state, key.torch))), dtype=_torch_scalar_dtype())
