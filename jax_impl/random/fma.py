@@ -3,7 +3,7 @@ instructions torch's CPU kernels are compiled to (``-ffp-contract`` turns ``a * 
 
 NumPy has no FMA, and Python gains ``math.fma`` only in 3.13, so both are built from error-free
 transformations, vectorised, and fall back to exact rational arithmetic on the rare elements where the
-transformations cannot decide the rounding.
+transformations cannot decide the rounding (overflow, underflow).
 """
 
 from __future__ import annotations
@@ -60,9 +60,12 @@ def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``fma(a, b, c)`` elementwise (broadcasting): ``a * b + c`` rounded once to float64.
 
-    ``p + e = a * b`` exactly (Dekker's product), ``s + t = p + c`` exactly (TwoSum); when ``t + e`` is
-    itself exact the fused value is ``round(s + (t + e))``, one rounding of the exact sum. The elements
-    where it is not, or where the splits could overflow or underflow, are computed in exact rationals.
+    ``p + e = a * b`` exactly (Dekker's product), ``s + t = p + c`` exactly (TwoSum), and the fused value
+    is ``round(s + RO(t + e))`` with ``RO`` the sum rounded to odd (Boldo and Melquiond, "Emulation of FMA
+    and correctly rounded sums: proved algorithms using rounding to odd", IEEE Trans. Computers 57(4),
+    2008): one rounding of the exact sum. ``RO(t + e)`` is the nearest sum, moved one ULP towards the exact
+    value when the sum is inexact and its last significand bit is even. The elements where the splits
+    could overflow or the terms underflow are computed in exact rationals.
     """
     a, b, c = (np.asarray(v, _F64) for v in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
@@ -74,9 +77,12 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
         s, t = _two_sum(p, c)
         w, d = _two_sum(t, e)
+        even = (w.view(np.uint64) & np.uint64(1)) == 0
+        w = np.where((d != 0) & even, np.nextafter(w, np.where(d > 0, np.inf, -np.inf)), w)  # rounded to odd
         r = np.asarray(s + w)
         magnitude = np.maximum(np.abs(a), np.abs(b))
-        unsafe = (d != 0) | ~np.isfinite(r) | (magnitude > 2.0**995) | ((p != 0) & (np.abs(p) < 2.0**-960))
+        tiny = lambda x: (x != 0) & (np.abs(x) < 2.0**-960)  # noqa: E731 - terms near the subnormal range
+        unsafe = ~np.isfinite(r) | (magnitude > 2.0**995) | tiny(p) | tiny(w) | tiny(r)
     if np.any(unsafe):
         idx = np.nonzero(unsafe)
         r[idx] = [_exact(x, y, z) for x, y, z in zip(a[idx].tolist(), b[idx].tolist(), c[idx].tolist(),
