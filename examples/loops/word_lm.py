@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from examples.loops.recording import kept, record, recorder
+
 __all__ = ["CONFIG", "Dictionary", "batchify", "corpus", "get_batch", "main", "train_jax", "train_torch"]
 
 TEXT = Path(__file__).resolve().parents[1] / "data" / "tiny_text.txt"
@@ -97,37 +99,14 @@ def _batch_starts(train_data: np.ndarray, bptt: int) -> list[int]:
     return list(range(0, train_data.shape[0] - 1, bptt))
 
 
-def _should_record(step: int, steps: int, every: int) -> bool:
-    return step % every == 0 or step == steps - 1
-
-
-def _record(rec: Any, history: list[dict[str, Any]], step: int, scalars: dict[str, float],
-            state: dict[str, np.ndarray] | None, model: Any) -> None:
-    """One step of the run: its scalars (and, when ``state`` is given, the model's state dict as
-    ``model.<key>``) into ``history``, and into the recorder ``rec`` when there is one."""
-    entry = dict(scalars)
-    if state is not None:
-        entry.update({f"model.{k}": v for k, v in state.items()})
-    history.append(entry)
-    if rec is not None:
-        rec.step(step, **scalars, **({"model": model} if state is not None else {}))
-
-
-def _recorder(folder: str | None, framework: str, dtype: str, seed: int) -> Any:
-    if folder is None:
-        return None
-    import parity
-
-    return parity.Recorder(folder, framework, meta={"example": "word_lm", "dtype": dtype, "seed": seed})
-
-
 def train_torch(folder: str | None = None, *, steps: int = 50, dtype: str = "float64", seed: int = 0,
                 record_every: int = CONFIG["record_every"]) -> list[dict[str, Any]]:
     """The example's loop in torch for ``steps`` batches; one history entry per step.
 
     Each entry holds ``loss``, ``grad_norm`` (``clip_grad_norm_``'s total norm) and ``lr`` (the rate the step
     used); the last step of each pass over the text adds ``val_loss``; every ``record_every`` steps and the
-    last add the model's state dict as ``model.<key>`` (numpy). With ``folder`` the same is recorded there.
+    last add the model's state dict as ``model.<key>`` (numpy). With ``folder`` the same is recorded there
+    with ``parity.Recorder``, keeping tensors every ``record_every`` steps.
     """
     import torch
     import torch.nn as nn
@@ -195,10 +174,10 @@ def train_torch(folder: str | None = None, *, steps: int = 50, dtype: str = "flo
                 total_loss += len(data) * criterion(output, targets).item()
         return total_loss / (len(data_source) - 1)
 
-    rec = _recorder(folder, "torch", dtype, seed)
-    history: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    meta = {"example": "word_lm", "dtype": dtype, "seed": seed, "config": CONFIG}
     lr, best_val_loss, step = cfg["lr"], None, 0
-    try:
+    with recorder(folder, "torch", meta, keep_every=record_every) as rec:
         while step < steps:
             model.train()
             hidden = model.init_hidden(cfg["batch_size"])
@@ -213,24 +192,23 @@ def train_torch(folder: str | None = None, *, steps: int = 50, dtype: str = "flo
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
                 for p in model.parameters():
                     p.data.add_(p.grad, alpha=-lr)
-                scalars = {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
+                values: dict[str, Any] = {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
                 if batch == len(starts) - 1:
                     val_loss = evaluate(val_data)
-                    scalars["val_loss"] = val_loss
+                    values["val_loss"] = val_loss
                     if not best_val_loss or val_loss < best_val_loss:
                         best_val_loss = val_loss
                     else:
                         lr /= 4.0
-                state = ({k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-                         if _should_record(step, steps, record_every) else None)
-                _record(rec, history, step, scalars, state, model)
+                modules = None
+                if kept(step, steps, record_every):
+                    values["model"] = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+                    modules = {"model": model}
+                record(records, rec, step, values, modules)
                 step += 1
                 if step == steps:
                     break
-    finally:
-        if rec is not None:
-            rec.close()
-    return history
+    return records
 
 
 def _jax_model_class():
@@ -365,10 +343,10 @@ def _train_jax(folder, steps, dtype, seed, record_every):
             total_loss += len(data) * float(loss)
         return total_loss / (len(data_source) - 1)
 
-    rec = _recorder(folder, "jax", dtype, seed)
-    history: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    meta = {"example": "word_lm", "dtype": dtype, "seed": seed, "config": CONFIG}
     lr, best_val_loss, step = cfg["lr"], None, 0
-    try:
+    with recorder(folder, "jax", meta, keep_every=record_every) as rec:
         while step < steps:
             hidden = init_hidden(cfg["batch_size"])
             starts = _batch_starts(train_data, cfg["bptt"])
@@ -376,26 +354,24 @@ def _train_jax(folder, steps, dtype, seed, record_every):
                 data, targets = get_batch(train_data, i, cfg["bptt"])
                 params, hidden, loss, grad_norm = train_step(params, hidden, jnp.asarray(data),
                                                              jnp.asarray(targets), jnp.asarray(-lr, jdtype))
-                scalars = {"loss": float(loss), "grad_norm": float(grad_norm), "lr": lr}
+                values: dict[str, Any] = {"loss": float(loss), "grad_norm": float(grad_norm), "lr": lr}
                 if batch == len(starts) - 1:
                     val_loss = evaluate(val_data)
-                    scalars["val_loss"] = val_loss
+                    values["val_loss"] = val_loss
                     if not best_val_loss or val_loss < best_val_loss:
                         best_val_loss = val_loss
                     else:
                         lr /= 4.0
-                state = None
-                if _should_record(step, steps, record_every):
+                modules = None
+                if kept(step, steps, record_every):
                     _set_params(model, params)
-                    state = {k: np.asarray(v) for k, v in params.items()}
-                _record(rec, history, step, scalars, state, model)
+                    values["model"] = {k: np.asarray(v) for k, v in params.items()}
+                    modules = {"model": model}
+                record(records, rec, step, values, modules)
                 step += 1
                 if step == steps:
                     break
-    finally:
-        if rec is not None:
-            rec.close()
-    return history
+    return records
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -407,9 +383,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     train = train_torch if args.framework == "torch" else train_jax
-    history = train(args.out, steps=args.steps, dtype=args.dtype, seed=args.seed)
-    last = history[-1]
-    print(f"{args.framework}: {len(history)} steps, last loss {last['loss']:.6f} (ppl {math.exp(last['loss']):.2f})")
+    records = train(args.out, steps=args.steps, dtype=args.dtype, seed=args.seed)
+    last = records[-1]
+    print(f"{args.framework}: {len(records)} steps, last loss {last['loss']:.6f} (ppl {math.exp(last['loss']):.2f})")
 
 
 if __name__ == "__main__":

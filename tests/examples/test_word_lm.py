@@ -12,11 +12,17 @@ import pytest
 from examples.loops import word_lm
 from parity.floor import FLOOR_FACTOR
 from tests.examples.histories import distances, worst
+from tests.examples.torch_threads import one_thread
+
+
+def _torch(**kwargs):
+    with one_thread():
+        return word_lm.train_torch(**kwargs)
 
 
 def test_three_steps_float64_match_torch():
     """Smoke: three steps (one compiled step shape), every scalar and state within 1e-12 of torch's."""
-    name, value = worst(word_lm.train_jax(steps=3, record_every=2), word_lm.train_torch(steps=3, record_every=2))
+    name, value = worst(word_lm.train_jax(steps=3, record_every=2), _torch(steps=3, record_every=2))
     assert value <= 1e-12, (name, value)
 
 
@@ -24,7 +30,7 @@ def test_three_steps_float64_match_torch():
 def test_fifty_steps_float64_match_torch():
     """50 steps (5 passes over the text, two lr annealings): losses, gradient norms, validation losses and
     the model's state every 10 steps within 1e-10 of torch's relative to their scale (measured 4.1e-15)."""
-    torch_run = word_lm.train_torch(steps=50)
+    torch_run = _torch(steps=50)
     assert [h["lr"] for h in torch_run].count(20.0) < 50  # the annealing is exercised
     name, value = worst(word_lm.train_jax(steps=50), torch_run)
     assert value <= 1e-10, (name, value)
@@ -34,8 +40,8 @@ def test_fifty_steps_float64_match_torch():
 def test_fifty_steps_float32_within_torchs_floor():
     """float32: JAX's distance from torch's float32 run within FLOOR_FACTOR times torch's own float32-vs-float64
     distance (measured: 9.9e-6 against a floor of 8.6e-6, ratio 1.1, both on the decoder weight)."""
-    torch64 = word_lm.train_torch(steps=50, dtype="float64")
-    torch32 = word_lm.train_torch(steps=50, dtype="float32")
+    torch64 = _torch(steps=50, dtype="float64")
+    torch32 = _torch(steps=50, dtype="float32")
     _, floor = worst(torch32, torch64)
     ours = distances(word_lm.train_jax(steps=50, dtype="float32"), torch32)
     name = max(ours, key=ours.get)
