@@ -142,26 +142,32 @@ def torch_scatter(input, dim, index, src, reduce=None):
 def torch_sort(input, dim=-1, descending=False, stable=False):
     """``torch.sort``: ``(values, indices)``; NaN sorts above every number, as torch's comparator places it.
 
-    The order is stable (equal values keep their input order), which is torch's with ``stable=True``; with
-    ``stable=False`` torch's CPU order among equal values is its sorting kernel's and may differ. ``values``
-    gathers ``input`` at ``indices``, so the gradient goes to the sorted positions, as torch's.
+    ``stable=True`` keeps equal values in input order; ``stable=False`` orders them as torch's CPU
+    ``std::sort`` does (replayed on the host by :func:`jax_impl.sorting.argsort`). ``values`` gathers
+    ``input`` at ``indices``, so the gradient goes to the returned positions, as torch's.
     """
-    del stable
-    indices = jnp.argsort(input, axis=dim, descending=descending, stable=True)
+    from jax_impl.sorting import argsort
+
+    indices = argsort(input, dim, descending, stable)
+    if input.ndim == 0:
+        return input, indices
     return jnp.take_along_axis(input, indices, axis=dim), indices
 
 
 def torch_topk(input, k, dim=-1, largest=True, sorted=True):
     """``torch.topk``: the ``k`` largest (or smallest) along ``dim`` as ``(values, indices)``, NaN largest.
 
-    Equal values come in input order (torch's CPU ``partial_sort`` / ``nth_element`` may pick another of
-    them); ``sorted=False``, whose order torch leaves unspecified, returns them sorted too.
+    The indices are torch's CPU kernel's, ties included: ``std::partial_sort`` when ``k * 64 <= n``, else
+    ``std::nth_element`` then (``sorted``) ``std::sort`` of the first ``k - 1``, replayed on the host by
+    :func:`jax_impl.sorting.topk_indices`. ``values`` gathers ``input`` at them, so the gradient goes to the
+    returned elements, as torch's.
     """
-    del sorted
-    dim = dim % input.ndim if input.ndim else 0
-    order = jnp.argsort(input, axis=dim, descending=largest, stable=True)
-    indices = order[tuple(slice(0, k) if d == dim else slice(None) for d in range(order.ndim))]
-    return jnp.take_along_axis(input, indices, axis=dim), indices
+    from jax_impl.sorting import topk_indices
+
+    indices = topk_indices(input, k, dim, largest, sorted)
+    if input.ndim == 0:
+        return input, indices
+    return jnp.take_along_axis(input, indices, axis=dim % input.ndim), indices
 
 
 def torch_max_dim(input, dim, keepdim=False, largest=True):

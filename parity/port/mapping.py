@@ -485,8 +485,8 @@ def _sort(r, x, dim=-1, descending=False, *, stable=False):
 
 
 def _argsort(r, x, dim=-1, descending=False, *, stable=False):
-    """``argsort``: the stable order (torch's with ``stable=True``; ties may differ from its unstable kernel)."""
-    return f"jnp.argsort({r(x)}, axis={r(dim)}{', descending=True' if descending else ''}, stable=True)"
+    """``argsort``: ``torch_sort``'s indices (torch's CPU order among ties, stable or not)."""
+    return _helper_call(r, "torch_sort", (x,), {"dim": dim, "descending": descending, "stable": stable}) + "[1]"
 
 
 def _arg_extremum(jnp_name):
