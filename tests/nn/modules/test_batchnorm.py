@@ -25,7 +25,7 @@ import jax_impl.nn as nn
 from jax_impl.nn import _functional_norm as FN
 from parity.layer_check import assert_within, compare_module
 
-DRAWS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DRAWS = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The default tier's share of the draws; the slow tier's sibling test runs all of DRAWS.
 FEW_DRAWS = settings(DRAWS, max_examples=1)
 STAT_TOL = {np.float32: 1e-6, np.float64: 1e-12}
