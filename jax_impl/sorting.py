@@ -272,10 +272,15 @@ def cpu_topk_order(values: np.ndarray, k: int, largest: bool = True, sorted: boo
     return order
 
 
+def _index_dtype():
+    """``jnp.argsort``'s index dtype: int64 under x64, else int32."""
+    return jax.dtypes.canonicalize_dtype(jnp.int64)
+
+
 def _host_call(fn, input, dim: int, size: int):
     """``fn`` on the host along ``dim`` of ``input`` (moved last), giving ``size`` indices per slice."""
     moved = jnp.moveaxis(jax.lax.stop_gradient(input), dim, -1)
-    index_dtype = jnp.argsort(jnp.zeros((1,), jnp.int32)).dtype
+    index_dtype = _index_dtype()
     shape = jax.ShapeDtypeStruct(moved.shape[:-1] + (size,), index_dtype)
     out = jax.pure_callback(lambda x: fn(np.asarray(x)).astype(index_dtype), shape, moved,
                             vmap_method="expand_dims")
@@ -285,7 +290,7 @@ def _host_call(fn, input, dim: int, size: int):
 def argsort(input: jax.Array, dim: int = -1, descending: bool = False, stable: bool = False) -> jax.Array:
     """``torch.argsort`` with torch's CPU order among equal values (``std::sort`` unless ``stable``)."""
     if input.ndim == 0:
-        return jnp.zeros((), jnp.argsort(jnp.zeros((1,))).dtype)
+        return jnp.zeros((), _index_dtype())
     dim = dim % input.ndim
     if stable:
         return jnp.argsort(input, axis=dim, descending=descending, stable=True)
@@ -304,6 +309,6 @@ def topk_indices(input: jax.Array, k: int, dim: int = -1, largest: bool = True,
     if not 0 <= k <= (input.shape[dim] if input.ndim else 1):
         raise RuntimeError("selected index k out of range")
     if input.ndim == 0:
-        return jnp.zeros((), jnp.argsort(jnp.zeros((1,))).dtype)
+        return jnp.zeros((), _index_dtype())
     dim = dim % input.ndim
     return _host_call(lambda x: cpu_topk_order(x, k, largest, sorted), input, dim, k)
