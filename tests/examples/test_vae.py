@@ -12,7 +12,8 @@ import pytest
 import parity
 from examples.loops import vae
 from parity.floor import FLOOR_FACTOR
-from tests.examples.histories import distances, worst
+from tests.examples.floor_verdict import floor_ratios
+from tests.examples.histories import worst
 from tests.examples.torch_threads import one_thread
 from tests.port.corpus import vae as corpus
 
@@ -35,27 +36,31 @@ def test_torch_side_builds_the_examples_model():
 
 
 @pytest.mark.slow
-def test_fifty_steps_float64_match_torch():
+@pytest.mark.parametrize("seed", [1, 0, 2, 3])
+def test_fifty_steps_float64_match_torch(seed):
     """50 steps of batch 128, four epochs and two batches (each ending with the held-out loss and a sample):
-    every value within 1e-10 of torch's relative to its scale (measured 1.7e-15, fc21's weight at step 20)."""
-    torch_run = _torch(steps=50)
+    every value within 1e-10 of torch's relative to its scale (measured 1.7e-15 to 5.8e-15 over these seeds)."""
+    torch_run = _torch(steps=50, seed=seed)
     assert sum("test_loss" in r for r in torch_run) == 4
-    name, value = worst(vae.train_jax(steps=50), torch_run)
+    name, value = worst(vae.train_jax(steps=50, seed=seed), torch_run)
     assert value <= 1e-10, (name, value)
 
 
 @pytest.mark.slow
-def test_fifty_steps_float32_within_torchs_floor():
-    """float32: each recorded name within FLOOR_FACTOR times torch's own float32 distance from its float64
-    twin (the same float32 draws, computed in float64). Measured: largest ratio 3.7, fc1's weight from the
-    first step: 1.8e-4 against 5.0e-5, one entry (the weight of pixel (0, 6), a border pixel that few digits
-    touch) whose gradient is small enough for Adam's first step, g / (|g| + 1e-8), to carry its float32
-    rounding (JAX's entry 1.6e-5 from float64's, torch's 6.3e-6); every other entry of that weight within
-    1e-6. The next names: fc21 and fc22's weights at 3.7, then the losses below 2."""
-    torch32 = _torch(steps=50, dtype="float32")
-    floor = distances(torch32, _torch(steps=50, dtype="float64", draw_dtype="float32"))
-    ours = distances(vae.train_jax(steps=50, dtype="float32"), torch32)
-    over = {n: (ours[n], floor[n]) for n in ours if ours[n] > FLOOR_FACTOR * floor[n]}
+@pytest.mark.parametrize("seed", [1, 0, 2, 3])
+def test_fifty_steps_float32_within_torchs_floor(seed):
+    """float32: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its float64
+    twin (the same float32 draws, computed in float64), grouped as parity.compare_runs groups them. Measured
+    largest ratios: 1.8 to 1.9 on seeds 0, 2, 3 (the samples); 3.6 on seed 1 (the example's default), fc1's
+    weight from the first step: 1.8e-4 against 5.0e-5, one entry (the weight of pixel (0, 6), a border pixel
+    few digits touch) whose gradient is small enough for Adam's first step, g / (|g| + 1e-8), to carry its
+    float32 rounding (JAX's entry 1.6e-5 from float64's, torch's 6.3e-6; over all entries the two float32
+    gradients are equally far from float64's). The BCE sum adds in torch's order (jax_impl's loss
+    reductions): in XLA's order the loss of each epoch's last batch of 30 reached 5 to 7 times the floor."""
+    torch32 = _torch(steps=50, dtype="float32", seed=seed)
+    torch64 = _torch(steps=50, dtype="float64", draw_dtype="float32", seed=seed)
+    ratios = floor_ratios(vae.train_jax(steps=50, dtype="float32", seed=seed), torch32, torch64)
+    over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
     assert not over, over
 
 

@@ -21,8 +21,10 @@ Tolerances, measured over 7000-element arrays and these draws
   float32-exact those tail gradients can be 1 ULP off (seen: 5 of 7000 for
   huber ``delta=0.3``). Asserted bit-exact for float32-exact thresholds,
   else at ``ULP32``.
-- Scalar ``'mean'``/``'sum'`` values: torch's pairwise/vectorised summation
-  order differs from XLA's. Worst seen 2.1e-7 (float32), 3.9e-16 (float64).
+- Scalar ``'mean'``/``'sum'`` values: the reduction adds the elements in
+  torch's ``cascade_sum`` order below 32768 elements (bit-identical sums of
+  bit-identical elements); above, torch splits the sum across its threads and
+  XLA adds in its own order.
 - Losses through ``log``/``log1p``/``exp`` (BCE, BCE-with-logits, KL,
   cross entropy, log_softmax, softmax): torch's CPU kernels use SLEEF, XLA its
   own polynomials, 1 ULP apart on a fraction of elements. Worst seen: values
@@ -148,6 +150,23 @@ def test_mse_l1_bit_identical(shape, reduction, seed, dtype):
     exact = reduction == "none"
     for jf, tf in [(F.mse_loss, TF.mse_loss), (F.l1_loss, TF.l1_loss)]:
         _compare(jf, tf, [x, t], [0, 1], dtype, _bound(dtype), exact=exact, reduction=reduction)
+
+
+@pytest.mark.parametrize(("reduction", "dtype"), [("sum", np.float32)] + [
+    pytest.param(r, d, marks=pytest.mark.slow) for r, d in (("sum", np.float64), ("mean", np.float32),
+                                                            ("mean", np.float64))])
+def test_sum_and_mean_add_in_torchs_order(reduction, dtype):
+    """'sum' and 'mean' add the elements in ATen's cascade_sum order below 32768 elements (above, torch splits
+    the sum across its threads): with bit-identical elements (mse) the reduced value is torch's, bit for bit,
+    at sizes around the vector width, the cascade's block sizes and a VAE batch's 30 x 64 BCE terms."""
+    rng = _rng(7)
+    loss = jax.jit(functools.partial(F.mse_loss, reduction=reduction))
+    with jax.enable_x64(dtype == np.float64):
+        for n in (1, 3, 8, 17, 100, 1920, 4099, 32767):
+            x, t = rng.standard_normal(n).astype(dtype) * 3, rng.standard_normal(n).astype(dtype)
+            ours = np.asarray(loss(jnp.asarray(x), jnp.asarray(t)))
+            theirs = TF.mse_loss(torch.from_numpy(x), torch.from_numpy(t), reduction=reduction).numpy()
+            assert ours.tobytes() == theirs.tobytes(), (n, float(ours), float(theirs))
 
 
 @FEW
