@@ -357,6 +357,6 @@ def _with_count(state: Any, count: int) -> Any:
 
     if isinstance(state, ParamGroupsState):
         return ParamGroupsState(tuple(_with_count(inner, count) for inner in state.groups))
-    if not hasattr(state, "count"):  # LBFGS counts iterations and evaluations, not steps
+    if "count" not in state._fields:  # LBFGS counts iterations and evaluations, not steps
         return state
     return state._replace(count=jnp.asarray(count, state.count.dtype))

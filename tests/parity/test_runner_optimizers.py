@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +133,21 @@ def test_ema_config_is_validated_and_omitted_at_default():
         load_config("lenet_digits", ["train.ema={decay: 1.5}"])
     with pytest.raises(ConfigError, match="ema"):
         load_config("lenet_digits_ddp", ["train.ema={decay: 0.9}"])
+
+
+@pytest.mark.slow
+def test_lbfgs_checkpoint_resumes_on_the_uninterrupted_trajectory(tmp_path):
+    """A run stopped after its first epoch and resumed from checkpoint.pt (each side's LBFGS state through
+    parity.convert) takes the uninterrupted run's steps: the same losses, bit for bit, on both sides."""
+    over = ["optimizer={name: LBFGS, max_iter: 5}", "data.batch_size=56", "data.shuffle=false", "train.epochs=2"]
+    full, _, _ = _run(over)
+    cfg = load_config("lenet_digits", [*BASE, *over])
+    t, j = _pair()
+    first = run_experiment(cfg, torch_model=t, jax_model=j, train_data=_data(), runs_dir=tmp_path, progress=False,
+                           max_steps=1)
+    t, j = _pair()
+    resumed = run_experiment(cfg, torch_model=t, jax_model=j, train_data=_data(), runs_dir=tmp_path,
+                             progress=False, resume=Path(first.run_dir) / "checkpoint.pt")
+    for side in ("torch_loss", "jax_loss"):
+        assert [s[side] for s in resumed.steps] == [s[side] for s in full.steps], side
+    assert resumed.epochs[-1].param_max_rel == full.epochs[-1].param_max_rel
