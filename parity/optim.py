@@ -13,6 +13,7 @@ from typing import Any
 
 import jax_impl.optim
 from jax_impl.optim import TorchTransformation
+from parity.config.schema import ExperimentConfig
 from torch_ref.optim import optimizer_class, optimizer_spec
 
 __all__ = ["CLOSURE_OPTIMIZERS", "build_jax_optimizer", "check_gradients_fit", "jax_optimizer_factory",
@@ -20,8 +21,9 @@ __all__ = ["CLOSURE_OPTIMIZERS", "build_jax_optimizer", "check_gradients_fit", "
 
 
 # They step with torch's closure protocol (``optimizer.step(closure)``, several loss evaluations per step):
-# ``parity run`` drives them with the closure step of both frameworks (torch_step / jax_impl.train).
-CLOSURE_OPTIMIZERS = frozenset({"LBFGS"})
+# ``parity run`` drives them with the closure step of both frameworks (torch_step / jax_impl.train). The
+# config check (one batch per step, no clipping) reads the same set.
+CLOSURE_OPTIMIZERS = ExperimentConfig.CLOSURE_OPTIMIZERS
 
 # torch's message for a dense gradient (torch/optim/sparse_adam.py).
 _SPARSE_ADAM_DENSE = "SparseAdam does not support dense gradients, please consider Adam instead"
