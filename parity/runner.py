@@ -11,7 +11,11 @@ names the first layer whose output differs. After each epoch it compares
 the parameters and BatchNorm buffers (``max |jax - torch| / max |torch|``
 per tensor, the worst tensor), evaluates both models on the held-out split
 and saves a checkpoint (``train.checkpoint``). The JAX side steps with the
-optimizer's exact ``tx.step`` in one jitted function.
+optimizer's exact ``tx.step`` in one jitted function; an optimizer with
+torch's closure protocol (LBFGS) steps with ``jax_impl.train.closure_train_step``,
+its closure one jitted forward and backward. With ``train.ema`` both sides
+keep an average of the weights (:mod:`parity.weight_average`), compared after
+each epoch beside the parameters.
 """
 
 from __future__ import annotations
