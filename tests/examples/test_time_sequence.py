@@ -1,0 +1,119 @@
+"""examples/loops/time_sequence.py: the LSTMCell sine-wave predictor under LBFGS, torch's loop against JAX's.
+
+Both sides start from torch's initial draws (float32, cast to float64 as the example's ``seq.double()``),
+evaluate the closure as often and in the same order (LBFGS's 20 iterations per step), and record every
+closure value, LBFGS's evaluation count, the test loss of a 20-step free-running prediction, and the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from examples.loops import time_sequence
+from parity.floor import FLOOR_FACTOR
+from tests.examples.histories import distances, worst
+from tests.examples.torch_threads import one_thread
+
+
+def _torch(**kwargs):
+    with one_thread():
+        return time_sequence.train_torch(**kwargs)
+
+
+def _jax(**kwargs):
+    """The JAX run with NumPy's BLAS on one thread: jax_impl.optim.lbfgs's dot products of the 31k parameters
+    are NumPy's, and a threaded OpenBLAS ``ddot`` took 16 ms instead of 5 us on two busy cores."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        return time_sequence.train_jax(**kwargs)
+
+
+def test_sine_waves_are_generate_sine_wave_py():
+    """The data is the example's generator at a smaller size: NumPy's seed 2, one randint shift per wave."""
+    np.random.seed(2)
+    x = np.empty((8, 60), "int64")
+    x[:] = np.array(range(60)) + np.random.randint(-4 * 20, 4 * 20, 8).reshape(8, 1)
+    np.testing.assert_array_equal(time_sequence.sine_waves(), np.sin(x / 1.0 / 20).astype("float64"))
+
+
+def test_one_lbfgs_step_float64_matches_torch():
+    """Smoke: one LBFGS step (20 closure evaluations), every value within 1e-12 of torch's."""
+    ours, theirs = _jax(steps=1), _torch(steps=1)
+    assert ours[0]["func_evals"] == theirs[0]["func_evals"] == 20
+    name, value = worst(ours, theirs)
+    assert value <= 1e-12, (name, value)
+
+
+@pytest.mark.slow
+def test_three_lbfgs_steps_float64_match_torch():
+    """Three LBFGS steps, 60 closure evaluations: every closure value, test loss and the model after each step
+    within 1e-10 of torch's relative to their scale (measured 7.9e-11 on the test loss, 1.5e-11 on the closure
+    values; measured on AVX-512 with torch's default paths: where torch takes other CPU paths it moves farther
+    from itself than this, see below, and the five-step test's bound is the robust one).
+
+    Not the example's 15 steps: this fit is chaotic under LBFGS, each step multiplies a difference in the
+    last bits by about 100 (ours from torch: 6e-16, 1.3e-13, 1.5e-11, 1.1e-9, 2.3e-6 on the closure values
+    after steps 1 to 5), and torch is not that close to itself: its own run with MKL's SSE4.2 kernels is
+    2.9e-12 from its default run after three steps, with ATEN_CPU_CAPABILITY=default 2.4e-4. The test below
+    holds ours within torch's own spread over five steps."""
+    ours, theirs = _jax(steps=3), _torch(steps=3)
+    assert [h["func_evals"] for h in ours] == [h["func_evals"] for h in theirs] == [20, 40, 60]
+    name, value = worst(ours, theirs)
+    assert value <= 1e-10, (name, value)
+
+
+_TORCH_RUN = """
+import sys, numpy as np, torch
+torch.set_num_threads(1)
+from examples.loops import time_sequence
+run = time_sequence.train_torch(steps=int(sys.argv[1]))
+np.savez(sys.stdout.buffer, **{f"{i}.{k}": np.asarray(v) for i, h in enumerate(run) for k, v in h.items()})
+"""
+
+
+def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray]]:
+    """torch's run in a subprocess with ``env`` (another CPU code path of torch's own)."""
+    import io
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, **env, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _TORCH_RUN, str(steps)], env=env, capture_output=True,
+                         check=True).stdout
+    flat = dict(np.load(io.BytesIO(out)))
+    run: list[dict[str, np.ndarray]] = [{} for _ in range(steps)]
+    for key, value in flat.items():
+        step, name = key.split(".", 1)
+        run[int(step)][name] = value
+    return run
+
+
+@pytest.mark.slow
+def test_five_lbfgs_steps_float64_within_torchs_own_spread():
+    """Five steps (100 closure evaluations): ours no farther from torch's default run than torch's own runs on
+    its other CPU paths (ATen's default kernels, MKL's SSE4.2 kernels), as tests/optim/test_lbfgs.py measures
+    LBFGS itself. Measured: ours 2.3e-6 (closure values), torch's own 2.2e-7 (MKL SSE4.2) and 1.1e-1
+    (ATen default)."""
+    reference = _torch(steps=5)
+    ours = worst(_jax(steps=5), reference)[1]
+    spread = max(worst(_torch_variant(5, env), reference)[1]
+                 for env in ({"ATEN_CPU_CAPABILITY": "default"}, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}))
+    assert ours <= spread, (ours, spread)
+
+
+@pytest.mark.slow
+def test_three_lbfgs_steps_float32_within_torchs_floor():
+    """float32, three steps: JAX's distance from torch's float32 run within FLOOR_FACTOR times torch's own
+    float32-vs-float64 distance (measured: the test loss 3.1e-2 against a floor of 1.6e-2, ratio 1.9; the
+    same 60 closure evaluations)."""
+    torch64 = _torch(steps=3, dtype="float64")
+    torch32 = _torch(steps=3, dtype="float32")
+    _, floor = worst(torch32, torch64)
+    ours = distances(_jax(steps=3, dtype="float32"), torch32)
+    name = max(ours, key=ours.get)
+    assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
