@@ -35,6 +35,7 @@ import numpy as np
 from jax import lax
 
 from jax_impl import amp
+from jax_impl.cpu_reductions import sum_rows
 from jax_impl.kernels import div_scalar, rounded, runtime_zero_of
 
 Array = jax.Array
@@ -91,8 +92,6 @@ def _sum(loss: Array) -> Array:
     sum than torch's, which a VAE's loss (``reduction='sum'``) carries into training.
     """
     if 0 < loss.size < _GRAIN_SIZE and loss.dtype in (jnp.float32, jnp.float64):
-        from jax_impl.optim._cpu_reductions import sum_rows  # at call time: importing jax_impl.nn loads no optim
-
         # Rounded first: under jit a product in ``loss`` would otherwise fuse into the first addition (FMA).
         return sum_rows(rounded(loss, runtime_zero_of(loss)).reshape(1, -1))[0]
     return jnp.sum(loss)

@@ -11,7 +11,7 @@ import numpy as np
 from jax_impl.optim._base import (
     Hyperparameter, TorchTransformation, is_host_schedule, torch_optimizer,
 )
-from jax_impl.optim._cpu_reductions import divide, norm2_columns, norm2_rows, sum_rows
+from jax_impl.cpu_reductions import divide, norm2_columns, norm2_rows, sum_rows
 from jax_impl.optim._transforms import negate_if
 
 __all__ = ["adafactor", "AdafactorState"]
@@ -53,7 +53,7 @@ def adafactor(
     As torch computes them: the row and column means are ``torch.norm(g, dim)²
     / size`` and ``R @ C`` a matmul of one-element inner dimension; the
     norms and the mean of ``R`` are summed in ATen's CPU order
-    (:mod:`jax_impl.optim._cpu_reductions`); ``1/√`` is an IEEE square root
+    (:mod:`jax_impl.cpu_reductions`); ``1/√`` is an IEEE square root
     and division (``rsqrt_``). ``α_t`` and the clipping divisor are Python
     float64 maths on the ``.item()`` of two float32 norms: here they run on
     the host through a ``jax.pure_callback`` each step (one per parameter), so

@@ -11,7 +11,7 @@ import numpy as np
 
 from jax_impl.kernels import TorchOps, lerp_branch, lerp_branch_of_one_minus
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, is_host_schedule, torch_optimizer
-from jax_impl.optim._cpu_reductions import divide, two_product, two_sum
+from jax_impl.cpu_reductions import divide, two_product, two_sum
 
 __all__ = ["muon", "MuonState"]
 
