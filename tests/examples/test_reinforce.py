@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import parity
+
 from examples.loops import reinforce
 from parity.floor import FLOOR_FACTOR
 from tests.examples.histories import distances, worst
@@ -64,3 +66,14 @@ def test_fifty_episodes_float32_within_torchs_floor():
     ours = distances(reinforce.train_jax(steps=50, dtype="float32"), torch32)
     name = max(ours, key=ours.get)
     assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
+
+
+@pytest.mark.slow
+def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
+    """``python -m examples.loops.reinforce`` on each side, then ``parity.compare_runs`` on the two folders: the policy, its Adam's state under torch's names, the scalars."""
+    with one_thread():
+        reinforce.main(["--framework", "torch", "--out", str(tmp_path / "torch"), "--steps", "2"])
+    reinforce.main(["--framework", "jax", "--out", str(tmp_path / "jax"), "--steps", "2"])
+    report = parity.compare_runs(tmp_path / "torch", tmp_path / "jax")
+    assert report.passed, report
+    assert {"policy.affine1.weight", "optimizer.state.3.exp_avg_sq"} <= set(report.recordings["last"])

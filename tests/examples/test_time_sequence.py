@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
+
+import parity
 
 from examples.loops import time_sequence
 from parity.floor import FLOOR_FACTOR
@@ -24,8 +27,6 @@ def _torch(**kwargs):
 def _jax(**kwargs):
     """The JAX run with NumPy's BLAS on one thread: jax_impl.optim.lbfgs's dot products of the 31k parameters
     are NumPy's, and a threaded OpenBLAS ``ddot`` took 16 ms instead of 5 us on two busy cores."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(1, user_api="blas"):
         return time_sequence.train_jax(**kwargs)
 
@@ -117,3 +118,15 @@ def test_three_lbfgs_steps_float32_within_torchs_floor():
     ours = distances(_jax(steps=3, dtype="float32"), torch32)
     name = max(ours, key=ours.get)
     assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
+
+
+@pytest.mark.slow
+def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
+    """``python -m examples.loops.time_sequence`` on each side, then ``parity.compare_runs`` on the two folders: the model, the closure values and the scalars."""
+    with one_thread():
+        time_sequence.main(["--framework", "torch", "--out", str(tmp_path / "torch"), "--steps", "1"])
+    with threadpool_limits(1, user_api="blas"):
+        time_sequence.main(["--framework", "jax", "--out", str(tmp_path / "jax"), "--steps", "1"])
+    report = parity.compare_runs(tmp_path / "torch", tmp_path / "jax")
+    assert report.passed, report
+    assert {"seq.lstm2.weight_hh", "closure_losses"} <= set(report.recordings["last"])

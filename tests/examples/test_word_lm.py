@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+import parity
+
 from examples.loops import word_lm
 from parity.floor import FLOOR_FACTOR
 from tests.examples.histories import distances, worst
@@ -46,3 +48,14 @@ def test_fifty_steps_float32_within_torchs_floor():
     ours = distances(word_lm.train_jax(steps=50, dtype="float32"), torch32)
     name = max(ours, key=ours.get)
     assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
+
+
+@pytest.mark.slow
+def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
+    """``python -m examples.loops.word_lm`` on each side, then ``parity.compare_runs`` on the two folders: the model's state and the per-step scalars."""
+    with one_thread():
+        word_lm.main(["--framework", "torch", "--out", str(tmp_path / "torch"), "--steps", "2"])
+    word_lm.main(["--framework", "jax", "--out", str(tmp_path / "jax"), "--steps", "2"])
+    report = parity.compare_runs(tmp_path / "torch", tmp_path / "jax")
+    assert report.passed, report
+    assert {"model.rnn.weight_hh_l1", "model.decoder.weight"} <= set(report.recordings["last"])
