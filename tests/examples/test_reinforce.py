@@ -14,7 +14,8 @@ import parity
 
 from examples.loops import reinforce
 from parity.floor import FLOOR_FACTOR
-from tests.examples.histories import distances, worst
+from tests.examples.floor_verdict import floor_ratios
+from tests.examples.histories import worst
 from tests.examples.torch_threads import one_thread
 
 
@@ -58,14 +59,15 @@ def test_fifty_episodes_float64_match_torch():
 
 @pytest.mark.slow
 def test_fifty_episodes_float32_within_torchs_floor():
-    """float32: JAX's distance from torch's float32 run within FLOOR_FACTOR times torch's own float32-vs-float64
-    distance (measured: the loss 3.6e-5 against a floor of 1.9e-5, ratio 1.9; the same episode lengths)."""
-    torch64 = _torch(steps=50, dtype="float64")
+    """float32: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its float64 run,
+    grouped as parity.compare_runs groups them (a step's tensors against their worst floor, scalars against
+    the worst scalar floor so far). Measured: largest ratio 2.8 (the first episode's loss); the same episode
+    lengths."""
     torch32 = _torch(steps=50, dtype="float32")
-    _, floor = worst(torch32, torch64)
-    ours = distances(reinforce.train_jax(steps=50, dtype="float32"), torch32)
-    name = max(ours, key=ours.get)
-    assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
+    torch64 = _torch(steps=50, dtype="float64")
+    ratios = floor_ratios(reinforce.train_jax(steps=50, dtype="float32"), torch32, torch64)
+    over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
+    assert not over, over
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ import parity
 
 from examples.loops import time_sequence
 from parity.floor import FLOOR_FACTOR
-from tests.examples.histories import distances, worst
+from tests.examples.floor_verdict import floor_ratios
+from tests.examples.histories import worst
 from tests.examples.torch_threads import one_thread
 
 
@@ -109,15 +110,15 @@ def test_five_lbfgs_steps_float64_within_torchs_own_spread():
 
 @pytest.mark.slow
 def test_three_lbfgs_steps_float32_within_torchs_floor():
-    """float32, three steps: JAX's distance from torch's float32 run within FLOOR_FACTOR times torch's own
-    float32-vs-float64 distance (measured: the test loss 3.1e-2 against a floor of 1.6e-2, ratio 1.9; the
-    same 60 closure evaluations)."""
-    torch64 = _torch(steps=3, dtype="float64")
+    """float32, three steps: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its
+    float64 run, grouped as parity.compare_runs groups them (a step's tensors against their worst floor, scalars
+    against the worst scalar floor so far). Measured: largest ratio 2.3 (the model after the third step); the
+    same 60 closure evaluations."""
     torch32 = _torch(steps=3, dtype="float32")
-    _, floor = worst(torch32, torch64)
-    ours = distances(_jax(steps=3, dtype="float32"), torch32)
-    name = max(ours, key=ours.get)
-    assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
+    torch64 = _torch(steps=3, dtype="float64")
+    ratios = floor_ratios(_jax(steps=3, dtype="float32"), torch32, torch64)
+    over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
+    assert not over, over
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ import parity
 
 from examples.loops import word_lm
 from parity.floor import FLOOR_FACTOR
-from tests.examples.histories import distances, worst
+from tests.examples.floor_verdict import floor_ratios
+from tests.examples.histories import worst
 from tests.examples.torch_threads import one_thread
 
 
@@ -40,14 +41,15 @@ def test_fifty_steps_float64_match_torch():
 
 @pytest.mark.slow
 def test_fifty_steps_float32_within_torchs_floor():
-    """float32: JAX's distance from torch's float32 run within FLOOR_FACTOR times torch's own float32-vs-float64
-    distance (measured: 9.9e-6 against a floor of 8.6e-6, ratio 1.1, both on the decoder weight)."""
-    torch64 = _torch(steps=50, dtype="float64")
+    """float32: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its float64 run
+    (the same initial draws, float32 values cast, and the same masks), grouped as parity.compare_runs groups
+    them (a step's tensors against their worst floor, scalars against the worst scalar floor so far).
+    Measured: largest ratio 3.5 (the gradient norm at step 3), the states at most 1.2."""
     torch32 = _torch(steps=50, dtype="float32")
-    _, floor = worst(torch32, torch64)
-    ours = distances(word_lm.train_jax(steps=50, dtype="float32"), torch32)
-    name = max(ours, key=ours.get)
-    assert ours[name] <= FLOOR_FACTOR * floor, (name, ours[name], floor)
+    torch64 = _torch(steps=50, dtype="float64")
+    ratios = floor_ratios(word_lm.train_jax(steps=50, dtype="float32"), torch32, torch64)
+    over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
+    assert not over, over
 
 
 @pytest.mark.slow
