@@ -14,7 +14,8 @@ Subcommands are wired only once they work:
 - ``parity port MODULE:FACTORY --input-shape N,C,H,W -o twin.py``: writes the
   torch model's ``jax_impl`` twin and checks it (exit 1 when they differ).
 - ``parity compare RUN_A RUN_B [--floor RUN_F64] [--rtol X] [--out DIR]``: two
-  recordings (``parity.Recorder``) compared step by step (exit 1 when they part).
+  recordings (``parity.Recorder``), or two ``parity run`` folders (a ``--only torch``
+  run's and a ``--only jax`` run's), compared step by step (exit 1 when they part).
 
 Exit codes (``parity --help`` lists them too):
 
@@ -169,13 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
         "float32 distance), 1 when one does, 2 on bad input.",
         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    compare.add_argument("run_a", metavar="RUN_A", help="the reference recording's folder (torch's run)")
-    compare.add_argument("run_b", metavar="RUN_B", help="the recording to compare with it")
+    compare.add_argument("run_a", metavar="RUN_A", help="the reference recording's folder (torch's run), or a "
+                         "parity run folder: its recording-torch/")
+    compare.add_argument("run_b", metavar="RUN_B", help="the recording to compare with it, or a parity run "
+                         "folder: its recording-jax/")
     compare.add_argument("--floor", metavar="RUN_F64",
-                         help="a float64 recording of RUN_A's loop: torch's own float32 distance per name")
+                         help="a float64 recording of RUN_A's loop: torch's own float32 distance per name "
+                         "(default for a run folder RUN_A: its recording-torch-float64/ when it has one)")
     compare.add_argument("--rtol", type=float, default=None, metavar="X",
-                         help="tolerance on max |b - a| / max |a| (default 1e-10 for two float64 recordings, "
-                         "else 1e-4)")
+                         help="tolerance on max |b - a| / max |a| (default: a run folder RUN_A's config rtol, "
+                         "else 1e-10 for two float64 recordings and 1e-4 otherwise)")
     compare.add_argument("--out", metavar="DIR",
                          help="where the report goes (default runs/compare-<A>-vs-<B>-<timestamp>/)")
     compare.set_defaults(handler=_compare)

@@ -129,12 +129,14 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, floor: str | Path | No
     """Compare two recordings step by step and name where they part (see the module docstring).
 
     Args:
-      run_a: the reference recording's folder (torch's run).
-      run_b: the candidate's folder (the JAX port's run).
+      run_a: the reference recording's folder (torch's run), or a ``parity run`` folder: its
+        ``recording-torch`` (:mod:`parity.run_recording`).
+      run_b: the candidate's folder (the JAX port's run), or a ``parity run`` folder: its ``recording-jax``.
       floor: a float64 recording of ``run_a``'s loop (the same torch script in float64), for float32
-        runs: ``run_a``'s distance from it is torch's own float32 distance per name and step.
-      rtol: the tolerance on the runner's measure; default ``1e-10`` for two float64 recordings, else
-        ``1e-4``.
+        runs: ``run_a``'s distance from it is torch's own float32 distance per name and step. Default for a
+        ``parity run`` folder ``run_a``: its ``recording-torch-float64`` when it has one.
+      rtol: the tolerance on the runner's measure; default for a ``parity run`` folder ``run_a`` its
+        config's ``train.tolerance.rtol``, else ``1e-10`` for two float64 recordings and ``1e-4`` otherwise.
       out: write ``report.json``, ``report.md``, ``loss.png`` and ``divergence.png`` in this folder
         (created); ``None`` writes nothing.
 
@@ -144,10 +146,13 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, floor: str | Path | No
     Raises:
       RecordingError: a folder is missing or not a recording, or the two share no step.
     """
+    from parity.run_recording import recording_folders
+
+    run_a, run_b, floor, run_rtol = recording_folders(run_a, run_b, floor)
     a, b = read_recording(run_a), read_recording(run_b)
     f = read_recording(floor) if floor is not None else None
     if rtol is None:
-        rtol = default_rtol(a, b)
+        rtol = run_rtol if run_rtol is not None else default_rtol(a, b)
     if not (isinstance(rtol, (int, float)) and rtol >= 0):
         raise RecordingError(f"rtol must be a number >= 0, got {rtol!r}")
     common = sorted(set(a.scalars) & set(b.scalars))

@@ -80,9 +80,10 @@ def optimizer_record(opt_state: Any, params: Any, *, name: str, hyperparameters:
         "betas": (0.5, 0.999)}``), with a schedule's current value: they fill ``param_groups`` (so
         ``<name>.lr``) and decide which buffers torch keeps.
       param_names: torch's parameter names in torch's ``parameters()`` order (``"0.weight"``, ...): the
-        order that numbers torch's state. Default for a model: the order in which its modules assign
-        their parameters and submodules in ``__init__``, torch's registration order for a model written
-        as its torch twin (a plain parameter pytree has no such order: pass the names).
+        order that numbers torch's state. Default for a model: :func:`torch_parameter_order`, the order in
+        which its modules assign their parameters and submodules in ``__init__``, torch's registration order
+        for a model written as its torch twin, also after ``nnx.merge`` (a plain parameter pytree has no
+        such order: pass the names).
       groups, group_hyperparameters: for ``jax_impl.optim.param_groups``: per torch param group, its
         parameters' torch names in its order, and its keyword arguments.
 
@@ -113,12 +114,23 @@ def optimizer_record(opt_state: Any, params: Any, *, name: str, hyperparameters:
 
 
 def torch_parameter_order(model: Any) -> list[str]:
-    """The parameters of a ``flax.nnx`` model under torch's names, in the order its ``__init__`` methods
-    assign them (attributes in assignment order, submodules depth first): torch's ``named_parameters()``
-    order for a model that registers its parameters as its torch twin does.
+    """The parameters of a ``flax.nnx`` model under torch's names, in torch's ``named_parameters()`` order for a
+    model that registers its parameters and submodules as its torch twin does (depth first).
+
+    Each module's own order is, first found:
+
+    - the order a ``jax_impl.nn`` container or RNN keeps for torch (``Sequential``'s and ``ModuleList``'s child
+      names, an RNN's ``_all_weights``);
+    - the order its ``__init__`` assigned its attributes, when the instance still has it. ``nnx.merge``
+      rebuilds a module with its attributes sorted by name (``bias`` before ``weight``): attributes in sorted
+      order are taken as possibly rebuilt, and read instead from
+    - the order of the ``self.<name> = ...`` assignments in the source of its class's ``__init__`` (with the
+      bases' ``__init__`` where it calls ``super().__init__``, and the ``self.<method>(...)`` it calls).
 
     Raises:
-      ValueError: some parameter is not reachable through module attributes (lists, dicts) in that order.
+      ValueError: some parameter is not reachable through module attributes, or a module's attributes are in
+        sorted order (as ``nnx.merge`` leaves them) and its class's source does not assign them all: pass
+        ``param_names`` in torch's ``parameters()`` order.
     """
     from flax import nnx
 
@@ -126,15 +138,13 @@ def torch_parameter_order(model: Any) -> list[str]:
     seen: set[int] = set()
 
     def walk(obj: Any, prefix: str) -> None:
-        items = obj.items() if isinstance(obj, Mapping) else enumerate(obj) if isinstance(obj, (list, tuple)) \
-            else vars(obj).items()
-        for key, value in items:
+        for key, value in _ordered_items(obj, prefix):
             name = f"{prefix}{key}"
             if isinstance(value, nnx.Param):
                 if id(value) not in seen:  # torch lists a shared parameter once, at its first name
                     seen.add(id(value))
                     order.append(name)
-            elif isinstance(value, (nnx.Module, list, tuple, Mapping)) or type(value).__name__ in ("List", "Dict"):
+            elif _is_container(value):
                 walk(value, name + ".")
 
     walk(model, "")
@@ -143,6 +153,130 @@ def torch_parameter_order(model: Any) -> list[str]:
         raise ValueError(f"cannot tell torch's parameter order of {type(model).__name__} from its attributes "
                          f"(found {order}, its parameters are {expected}); pass param_names in torch's "
                          "parameters() order")
+    return order
+
+
+def _is_container(value: Any) -> bool:
+    from flax import nnx
+
+    return isinstance(value, (nnx.Module, list, tuple, Mapping)) or type(value).__name__ in ("List", "Dict")
+
+
+def _ordered_items(obj: Any, prefix: str) -> list[tuple[Any, Any]]:
+    """``obj``'s parameters and submodules as ``(attribute, value)`` in torch's registration order."""
+    if isinstance(obj, Mapping):
+        return list(obj.items())
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ == "List":
+        return list(enumerate(obj))
+    items = [(k, v) for k, v in vars(obj).items() if not k.startswith("_pytree__") and _holds_params(v)]
+    if len(items) < 2:
+        return items
+    names = [k for k, _ in items]
+    kept = _kept_order(obj)
+    if kept is None and names != sorted(names):
+        return items  # assigned by __init__: the instance's own order
+    if kept is None:
+        kept = _assignment_order(type(obj))
+    rank = {name: i for i, name in enumerate(kept)}
+    missing = [n for n in names if n not in rank]
+    if missing:
+        raise ValueError(f"cannot tell torch's parameter order of {prefix or 'the model'} "
+                         f"({type(obj).__qualname__}): its attributes {names} are in sorted order, as nnx.merge "
+                         f"rebuilds a module, and its class's __init__ does not assign {missing} by name; pass "
+                         "param_names in torch's parameters() order")
+    return sorted(items, key=lambda item: rank[item[0]])
+
+
+def _holds_params(value: Any) -> bool:
+    """Whether ``value`` is or holds an ``nnx.Param`` (attributes without any have no place in the order)."""
+    from flax import nnx
+
+    if isinstance(value, nnx.Param):
+        return True
+    if isinstance(value, nnx.Module):
+        return bool(nnx.to_flat_state(nnx.state(value, nnx.Param)))
+    if isinstance(value, Mapping):
+        return any(_holds_params(v) for v in value.values())
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "List":
+        return any(_holds_params(v) for v in value)
+    return False
+
+
+def _kept_order(obj: Any) -> list[str] | None:
+    """The child or parameter order a ``jax_impl.nn`` module keeps as torch does (``nnx.merge`` keeps it too):
+    a container's child names, an RNN's ``_all_weights`` (per layer and direction, torch's order)."""
+    names = getattr(obj, "_names", None)
+    if isinstance(names, tuple) and all(isinstance(n, str) for n in names):
+        return list(names)
+    weights = getattr(obj, "_all_weights", None)
+    if isinstance(weights, (list, tuple)) and all(isinstance(w, (list, tuple)) for w in weights):
+        return [str(n) for group in weights for n in group]
+    return None
+
+
+def _assignment_order(cls: type) -> list[str]:
+    """The attribute names ``cls.__init__`` assigns (``self.<name> = ...``), in source order. A call of
+    ``super().__init__`` puts the base's names there, a call of ``self.<method>(...)`` the method's, and a call
+    of a function of the class's module given ``self`` first (``_init_affine(self, ...)``) the function's."""
+    import ast
+    import inspect
+    import textwrap
+
+    order: list[str] = []
+    visited: set[Any] = set()
+
+    def method(start: int, name: str) -> tuple[type, Any] | None:
+        """The first definition of ``name`` in ``cls``'s MRO from its ``start``-th class."""
+        for klass in cls.__mro__[start:]:
+            if name in vars(klass):
+                return klass, vars(klass)[name]
+        return None
+
+    def is_name(node: ast.AST, name: str) -> bool:
+        return isinstance(node, ast.Name) and node.id == name
+
+    def read(klass: type, func: Any, bound: bool) -> None:
+        """Add the names ``func`` assigns on its first argument (``self`` of a method, ``bound``, or the module
+        a helper function is given)."""
+        if func in visited or not inspect.isfunction(func):
+            return
+        visited.add(func)
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+        except (OSError, TypeError, SyntaxError):
+            return
+        definition = tree.body[0]
+        if not isinstance(definition, ast.FunctionDef) or not definition.args.args:
+            return
+        this = definition.args.args[0].arg
+        for node in sorted((n for n in ast.walk(definition) if hasattr(n, "lineno")),
+                           key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                        if isinstance(element, ast.Attribute) and is_name(element.value, this) and \
+                                element.attr not in order:
+                            order.append(element.attr)
+            elif isinstance(node, ast.Call):
+                callee = node.func
+                if isinstance(callee, ast.Attribute) and callee.attr == "__init__" and \
+                        isinstance(callee.value, ast.Call) and is_name(callee.value.func, "super") and bound:
+                    found = method(cls.__mro__.index(klass) + 1, "__init__")
+                    if found:
+                        read(*found, True)
+                elif isinstance(callee, ast.Attribute) and is_name(callee.value, this):
+                    found = method(0, callee.attr)
+                    if found:
+                        read(*found, True)
+                elif isinstance(callee, ast.Name) and node.args and is_name(node.args[0], this):
+                    helper = getattr(inspect.getmodule(func), callee.id, None)
+                    if inspect.isfunction(helper):
+                        read(klass, helper, False)
+
+    found = method(0, "__init__")
+    if found:
+        read(*found, True)
     return order
 
 

@@ -15,7 +15,9 @@ optimizer's exact ``tx.step`` in one jitted function; an optimizer with
 torch's closure protocol (LBFGS) steps with ``jax_impl.train.closure_train_step``,
 its closure one jitted forward and backward. With ``train.ema`` both sides
 keep an average of the weights (:mod:`parity.weight_average`), compared after
-each epoch beside the parameters.
+each epoch beside the parameters. A run from its first step records each side
+it trains (and the float64 twin) in its run folder (:mod:`parity.run_recording`),
+for ``parity compare`` of runs made apart.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from parity.floor import FloorReference, divergence_message, judge
 from parity.measure import accuracies, input_array, losses_differ, lr_fields, measure_states
 from parity.progress import Phases, step_bar
 from parity.report import EpochRecord, RunReport, preload_plotting, write_report
+from parity.run_recording import RunRecordings
 from parity.torch_step import micro_batch_groups, model_input, step_loss, torch_train_step
 from parity.weight_average import WeightAverages
 
@@ -72,6 +75,7 @@ class _Run:
     step: int = 0  # optimizer steps done
     floor: FloorReference | None = None  # torch's float64 twin of a float32 run
     ema: WeightAverages | None = None  # train.ema: both sides' averaged weights
+    recordings: RunRecordings | None = None  # the run folder's recording-* folders (parity.run_recording)
 
     @property
     def config(self) -> Any:
@@ -271,10 +275,26 @@ def _cache_note() -> str:
 
 
 def _train(run: _Run) -> None:
-    cfg, exp, report = run.config, run.exp, run.report
+    cfg, exp = run.config, run.exp
     jax_step = _compile(run) if run.only != "torch" else None
-    if run.only is None and cfg.train.dtype == "float32" and cfg.train.floor:
+    if run.only != "jax" and cfg.train.dtype == "float32" and cfg.train.floor:
         run.floor = FloorReference(exp)
+    if run.folder is not None and run.step == 0:
+        sides = [s for s in ("torch", "jax") if run.only in (None, s)] + (["floor"] if run.floor is not None else [])
+        run.recordings = RunRecordings(run.folder, sides, dtype=cfg.train.dtype,
+                                       meta={"config": cfg.name, "rtol": cfg.train.tolerance.rtol})
+    try:
+        _train_epochs(run, jax_step)
+    except BaseException as error:
+        if run.recordings is not None:
+            run.recordings.close(f"stopped by {type(error).__name__}")
+        raise
+    if run.recordings is not None:
+        run.recordings.close()
+
+
+def _train_epochs(run: _Run, jax_step: Any) -> None:
+    cfg, exp, report = run.config, run.exp, run.report
     # Both global generators at the same state: torch's dropout masks, drawn by both sides from here on.
     jax_random.set_rng_state(torch.get_rng_state().numpy())
     mode = getattr(cfg.train, "checkpoint", "every")
@@ -286,6 +306,9 @@ def _train(run: _Run) -> None:
         for run.epoch in range(run.epoch, cfg.train.epochs):
             t_time, j_time = _train_epoch(run, jax_step, lambda info: bar.update(task, advance=1, info=info))
             report.epochs.append(_measure(run, t_time, j_time))
+            if run.recordings is not None:
+                run.recordings.epoch_end({"torch": exp.torch_model, "jax": exp.jax_model,
+                                          "floor": None if run.floor is None else run.floor.model})
             if run.only is None:
                 judge(report, cfg.train.tolerance.rtol)
             last = run.epoch == cfg.train.epochs - 1 or run.step >= run.total
@@ -349,6 +372,8 @@ def _train_epoch(run: _Run, jax_step: Any, advance: Any) -> tuple[float, float]:
             record["jax_loss"] = step_loss([float(loss) for loss in j_losses])
             j_time += time.perf_counter() - start
         report.steps.append(record)
+        if run.recordings is not None:
+            run.recordings.step(record)
         _stop_if_not_finite(report, record, step, epoch)
         if hunting and losses_differ(record["torch_loss"], record["jax_loss"], tol):
             report.first_divergent_step = step

@@ -159,7 +159,8 @@ def test_disk_full_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
     line = _one_line(capsys.readouterr().err)
     folder = next(runs.iterdir())
     assert line == f"parity: error: no space left on device: {folder / 'checkpoint.pt'}"
-    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt", "divergence.png", "loss.png", "report.json",
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt", "divergence.png", "loss.png", "recording-jax",
+                                                        "recording-torch", "recording-torch-float64", "report.json",
                                                         "report.md"]
     assert read_checkpoint(folder / "checkpoint.pt").epoch == 1
     assert json.loads((folder / "report.json").read_text())["interrupted"]
