@@ -438,6 +438,8 @@ def _measure(run: _Run, t_time: float, j_time: float) -> EpochRecord:
         measure_states(rec, theirs, ours, params=params, buffers=buffers, floor=floor, tol=exp.config.train.tolerance)
         if run.ema is not None:
             rec.ema_max_rel, rec.ema_worst_leaf = run.ema.distance()
+    elif run.floor is not None:  # --only torch: torch's own float32 floor, what the recordings will be judged by
+        rec.floor_max_rel, rec.floor_worst = run.floor.distance(exp.torch_model)
     if exp.eval_loaders is not None:
         rec.torch_accuracy, rec.jax_accuracy, rec.agreement = _evaluate(run)
     return rec

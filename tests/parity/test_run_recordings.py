@@ -56,6 +56,9 @@ def test_each_side_records_in_its_run_folder(runs):
     assert set(torch_rec.names) == set(jax_rec.names) == set(floor_rec.names)
     assert {"loss", "lr", "model.conv1.weight", "model.fc3.bias"} <= set(torch_rec.names)
     joint_steps = _report(runs["joint"])["steps"]
+    # The torch-only run's report shows the floor its recordings will be judged by: the joint run's.
+    assert _report(runs["torch"])["epochs"][-1]["floor_max_rel"] == _report(runs["joint"])["epochs"][-1][
+        "floor_max_rel"]
     for step in range(STEPS):
         assert torch_rec.scalars[step]["loss"] == joint_steps[step]["torch_loss"]
         assert jax_rec.scalars[step]["loss"] == joint_steps[step]["jax_loss"]
