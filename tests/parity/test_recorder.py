@@ -154,6 +154,8 @@ def test_optimizer_record_needs_torchs_order_for_a_plain_pytree():
 ORDER_LAYERS = [("Linear", (3, 3))] * 11 + [
     ("Conv2d", (1, 2, 3)), ("BatchNorm2d", (2,)), ("LayerNorm", (4,)), ("GroupNorm", (1, 2)), ("RMSNorm", (3,)),
     ("ConvTranspose2d", (2, 2, 3)), ("Bilinear", (2, 3, 4)), ("Embedding", (5, 3)), ("PReLU", ()),
+    # torch registers MultiheadAttention's own parameters before its out_proj: named_parameters() lists them first.
+    ("MultiheadAttention", (4, 2)), ("TransformerEncoderLayer", (4, 2, 8)),
 ]
 
 

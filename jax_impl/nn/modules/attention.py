@@ -72,8 +72,9 @@ class MultiheadAttention(Module):
             raise AssertionError("embed_dim must be divisible by num_heads")
         self.add_zero_attn = add_zero_attn
         self.rngs = rngs
-        # torch builds out_proj (drawing its Linear init) before _reset_parameters draws the rest.
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rngs=rngs)
+        # torch builds out_proj (drawing its Linear init) before _reset_parameters draws the rest, and registers
+        # it after its own parameters: assigned last, so the attribute order is named_parameters()'.
+        out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rngs=rngs)
         E = embed_dim
         if self._qkv_same_embed_dim:
             self.in_proj_weight = nnx.Param(init.xavier_uniform_(init_key(rngs), (3 * E, E), dtype))
@@ -85,7 +86,7 @@ class MultiheadAttention(Module):
             self.v_proj_weight = nnx.Param(init.xavier_uniform_(init_key(rngs), (E, self.vdim), dtype))
         if bias:
             self.in_proj_bias = nnx.Param(init.zeros_(None, (3 * E,), dtype))
-            self.out_proj.bias = nnx.Param(init.zeros_(None, (E,), dtype))
+            out_proj.bias = nnx.Param(init.zeros_(None, (E,), dtype))
         else:
             self.in_proj_bias = None
         if add_bias_kv:
@@ -93,6 +94,7 @@ class MultiheadAttention(Module):
             self.bias_v = nnx.Param(init.xavier_normal_(init_key(rngs), (1, 1, E), dtype))
         else:
             self.bias_k = self.bias_v = None
+        self.out_proj = out_proj
 
     def __call__(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
                  average_attn_weights: bool = True, is_causal: bool = False):
