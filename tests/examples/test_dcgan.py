@@ -25,6 +25,7 @@ def _torch(**kwargs):
         return dcgan.train_torch(**kwargs)
 
 
+@pytest.mark.slow  # one step compile, ~7 s; the default tier records 2 steps through the command line below
 def test_three_steps_float64_match_torch():
     """Smoke: three steps (a sample at step 0, states at 0 and 2), every value within 1e-12 of torch's
     (measured 1.5e-15, G's first BatchNorm bias)."""
@@ -74,7 +75,6 @@ def test_fifty_steps_float32_within_torchs_floor(seed):
     assert not over, over
 
 
-@pytest.mark.skipif(getattr(parity, "compare_runs", None) is None, reason="parity.Recorder is not there yet")
 def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
     """``python -m examples.loops.dcgan`` on each side, then ``parity.compare_runs`` on the two folders: the
     networks, samples and scalars, and the two Adams' states under torch's names (BatchNorm weights and
@@ -88,7 +88,6 @@ def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(getattr(parity, "compare_runs", None) is None, reason="parity.Recorder is not there yet")
 def test_float32_recordings_pass_compare_runs_against_torchs_floor(tmp_path):
     """The command-line float32 path over 15 steps (into the second epoch): torch float32, its float64 twin
     (``--draw-dtype float32``) as the floor, JAX float32; ``parity.compare_runs`` passes."""

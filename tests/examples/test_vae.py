@@ -22,6 +22,7 @@ def _torch(**kwargs):
         return vae.train_torch(**kwargs)
 
 
+@pytest.mark.slow  # the default tier records 2 steps through the command line below
 def test_three_steps_float64_match_torch():
     """Smoke: three steps (states at the first and last), every value within 1e-12 of torch's."""
     name, value = worst(vae.train_jax(steps=3), _torch(steps=3))
@@ -64,7 +65,6 @@ def test_fifty_steps_float32_within_torchs_floor(seed):
     assert not over, over
 
 
-@pytest.mark.skipif(getattr(parity, "compare_runs", None) is None, reason="parity.Recorder is not there yet")
 def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
     """``python -m examples.loops.vae`` on each side, then ``parity.compare_runs`` on the two folders, Adam's
     state included under torch's names."""
@@ -77,7 +77,6 @@ def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(getattr(parity, "compare_runs", None) is None, reason="parity.Recorder is not there yet")
 def test_float32_recordings_pass_compare_runs_against_torchs_floor(tmp_path):
     """The command-line float32 path: torch float32, its float64 twin (``--draw-dtype float32``) as the floor,
     JAX float32; ``parity.compare_runs`` passes (measured: fc1's weight 1.4e-4 against its floor 3.9e-5)."""

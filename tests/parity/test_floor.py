@@ -13,6 +13,7 @@ from parity.floor import FLOOR_FACTOR, torch_precision_floor
 BATCH_64 = ["data.batch_size=64", "train.epochs=2"]  # 46 steps; Adam's float32 chaos passes rtol 1e-4 by step 46
 
 
+@pytest.mark.slow  # ~10 s; the default tier judges a float32 run by the floor in tests/parity/test_run_recordings.py
 def test_chaotic_float32_run_passes_by_the_floor_torch_itself_sets():
     """LeNet/Adam on batches of 64: JAX ends 2.9e-4 from torch (beyond rtol 1e-4), torch's float32 run ends
     1.0e-4 from torch's float64 run; the floor is the same number torch_precision_floor measures alone."""
