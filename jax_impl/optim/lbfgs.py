@@ -21,9 +21,12 @@ in the order given, each raveled), in the parameters' dtype:
 
 The closure evaluations are the same in number and order as torch's, so a
 closure that draws random numbers or counts calls sees what torch's sees.
-Dot products and sums are NumPy's (BLAS) rather than MKL's, so float64
-agrees with torch to rounding (tests/optim/test_lbfgs.py measures it) and
-float32 to torch's float32 rounding.
+Dot products are torch's (MKL's kernel, summed in its order:
+:func:`jax_impl.optim.lbfgs_dot.torch_dot`) and the line search's scalar
+arithmetic follows torch's 0-d tensors (NumPy scalars stand for them), so on
+torch's closure values float64 runs are torch's bit for bit
+(tests/optim/test_lbfgs.py). ``sum |g|`` (the first step length) is NumPy's
+pairwise sum, which agrees with ATen's on the short vectors measured.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from jax_impl.optim.lbfgs_dot import torch_dot
 from jax_impl.random.fma import fma32, fma64
 
 __all__ = ["LBFGS", "LBFGSState", "lbfgs"]
@@ -75,8 +79,15 @@ def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
         xmin_bound, xmax_bound = bounds
     else:
         xmin_bound, xmax_bound = (x1, x2) if x1 <= x2 else (x2, x1)
-    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
-    d2_square = d1**2 - g1 * g2
+    span = x1 - x2
+    if isinstance(span, np.generic):
+        # A step that is a 0-d tensor in torch (NumPy scalars stand for them here, Python floats for floats):
+        # ``float / tensor`` is ``Tensor.__rtruediv__``, ``tensor.reciprocal() * float``, rounded twice.
+        d1 = g1 + g2 - (1.0 / span) * (3 * (f1 - f2))
+    else:
+        d1 = g1 + g2 - 3 * (f1 - f2) / span
+    # torch's ``tensor ** 2`` is ``x * x``; NumPy's scalar ``** 2`` calls ``pow``, which can round otherwise.
+    d2_square = d1 * d1 - g1 * g2
     if d2_square >= 0:
         d2 = np.sqrt(d2_square)
         if x1 <= x2:
@@ -93,7 +104,7 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
     g = g.copy()
     f_new, g_new = obj_func(x, t, d)
     ls_func_evals = 1
-    gtd_new = g_new.dot(d)
+    gtd_new = torch_dot(g_new, d)
 
     t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
     done = False
@@ -118,7 +129,7 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
         t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new.copy(), gtd_new
         f_new, g_new = obj_func(x, t, d)
         ls_func_evals += 1
-        gtd_new = g_new.dot(d)
+        gtd_new = torch_dot(g_new, d)
         ls_iter += 1
 
     if ls_iter == max_ls:
@@ -145,7 +156,7 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
 
         f_new, g_new = obj_func(x, t, d)
         ls_func_evals += 1
-        gtd_new = g_new.dot(d)
+        gtd_new = torch_dot(g_new, d)
         ls_iter += 1
 
         if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
@@ -247,7 +258,7 @@ class LBFGS:
             else:
                 y = flat_grad - prev_flat_grad
                 s = d * dt(t)
-                ys = y.dot(s)
+                ys = torch_dot(y, s)
                 if ys > 1e-10:
                     if len(old_dirs) == self.history_size:
                         old_dirs.pop(0)
@@ -256,17 +267,17 @@ class LBFGS:
                     old_dirs.append(y)
                     old_stps.append(s)
                     ro.append(dt(1.0) / ys)
-                    H_diag = ys / y.dot(y)  # noqa: N806
+                    H_diag = ys / torch_dot(y, y)  # noqa: N806
                 num_old = len(old_dirs)
                 if al is None:
                     al = [None] * self.history_size
                 q = -flat_grad
                 for i in range(num_old - 1, -1, -1):
-                    al[i] = old_stps[i].dot(q) * ro[i]
+                    al[i] = torch_dot(old_stps[i], q) * ro[i]
                     q = _add(q, -al[i], old_dirs[i])
                 d = r = q * dt(H_diag)
                 for i in range(num_old):
-                    be_i = old_dirs[i].dot(r) * ro[i]
+                    be_i = torch_dot(old_dirs[i], r) * ro[i]
                     r = _add(r, al[i] - be_i, old_stps[i])
                 d = r
             prev_flat_grad = flat_grad.copy()
@@ -277,7 +288,7 @@ class LBFGS:
                 t = (inverse if inverse < 1.0 else 1.0) * (dt(lr) if inverse < 1.0 else lr)
             else:
                 t = lr
-            gtd = flat_grad.dot(d)
+            gtd = torch_dot(flat_grad, d)
             if gtd > -tolerance_change:
                 break
 

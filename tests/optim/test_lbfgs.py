@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import jax_impl.optim
+from jax_impl.optim.lbfgs_dot import mkl_dot_isa
 
 
 def _rosenbrock(x, xp=np):
@@ -163,8 +164,9 @@ def _relative(a, b) -> float:
 @pytest.mark.parametrize("options", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_float64_with_a_jax_closure_matches_torch(options):
     """End to end on the quadratic: jax's loss and gradients in our LBFGS, torch's in torch's, 50 steps:
-    closure values and parameters within 1e-12 relative (measured 1e-16-9e-16), the same evaluations. (The
-    fourth configuration is the one the next test shows stopping one evaluation apart.)"""
+    closure values and parameters within 1e-12 relative (measured 2.7e-16-4.4e-16: jax's closure rounds
+    otherwise than torch's), the same evaluations. (The fourth configuration stops one evaluation apart,
+    90 against 91, on jax's closure values; on torch's the next test shows it bit-identical.)"""
     case = next(c for c in _problems(0) if c[0] == "quadratic")
     with jax.enable_x64(True):
         _, t_params, t_calls, _, params, _, j_calls, _ = _run(*case, torch.float64, **_OPTIONS[options])
@@ -176,32 +178,36 @@ def test_float64_with_a_jax_closure_matches_torch(options):
 def _cases():
     for problem, options in itertools.product(_PROBLEMS, range(len(_OPTIONS))):
         marks = () if options == 0 else (pytest.mark.slow,)  # one configuration per problem in the default tier
-        if options == 3 and problem in ("quadratic", "lstm"):
+        if options == 3 and problem in ("quadratic", "lstm") and mkl_dot_isa() is None:
             # Not strict: on another CPU torch's own code paths may split the same way, and ours may agree.
             marks = (pytest.mark.slow, pytest.mark.xfail(strict=False, reason=(
                 "with tolerance_change=1e-12 the run stops one closure evaluation away from torch's (90 against 91, "
                 "258 against 257): "
                 "the |f - f_prev| < 1e-12 test near the minimum is decided by the last bits of MKL's dot "
-                "products, which NumPy's BLAS sums in another order; torch's own ATen and MKL code paths happen "
-                "to agree there")))
+                "products, whose kernel on this CPU is not reproduced (NumPy's BLAS sums in another order); "
+                "torch's own ATen and MKL code paths happen to agree there")))
         yield pytest.param(problem, options, id=f"{problem}-{options}", marks=marks)
 
 
 @pytest.mark.parametrize(("problem", "options"), list(_cases()))
 def test_float64_optimizer_matches_torch_over_50_steps(problem, options):
     """Our LBFGS on torch's closure numbers (the closure is the user's; this isolates the optimizer): the same
-    closure evaluations, counters and history as torch, and closure values and final parameters within 1e-9
-    of torch's relative to their scale (measured 1e-16 to 5.5e-10). Not 1e-12: torch's dot products are MKL's,
-    summed in an order that depends on the CPU, and torch is not within 1e-12 of itself either: on the same
-    cases ATEN_CPU_CAPABILITY=default or MKL's SSE4.2 kernels move it by up to 1.5e-9 (2.5e-7 on Rosenbrock
-    with jax's closure). Where torch's code paths take different numbers of evaluations (a tolerance test
-    decided by the last bits), ours may too."""
+    closure evaluations, counters and history as torch, and closure values and final parameters bit-identical
+    (measured 0 on all twelve cases): the dot products are MKL's, summed in its kernel's order
+    (``jax_impl.optim.lbfgs_dot``), and the line search's scalar arithmetic is torch's. Where MKL runs a
+    kernel not reproduced (``mkl_dot_isa() is None``: NumPy's BLAS sums), within 1e-9 (measured 1e-16 to
+    4.3e-11, 3.3e-10 on the LSTM with strong Wolfe): torch is not within 1e-12 of itself across its code
+    paths either (ATEN_CPU_CAPABILITY=default or MKL's SSE4.2 kernels move it by up to 1.5e-9), and where
+    those paths take different numbers of evaluations (a tolerance test decided by the last bits), ours may
+    too."""
     case = next(c for c in _problems(0) if c[0] == problem)
     with jax.enable_x64(True):
         t_opt, t_params, t_calls, _, params, state, j_calls, _ = _run(
             *case, torch.float64, closure_from_torch=True, **_OPTIONS[options])
     theirs = np.concatenate([np.array(t_calls), *[p.detach().numpy().ravel() for p in t_params]])
     ours = np.concatenate([np.array(j_calls), *[np.ravel(p) for p in params]])
+    if mkl_dot_isa() is not None:
+        assert ours.shape == theirs.shape and np.array_equal(ours, theirs)
     if ours.shape != theirs.shape:
         variants = [_torch_variant(index)[f"{problem}-{options}"] for index in range(len(_TORCH_VARIANTS))]
         assert any(v.shape != theirs.shape for v in variants), "a branch torch's code paths all agree on"
@@ -212,13 +218,13 @@ def test_float64_optimizer_matches_torch_over_50_steps(problem, options):
     assert _relative(ours, theirs) <= 1e-9
 
 
-# The fourth configuration (lr 0.8, history 2, strong Wolfe, tolerance_change 1e-12) is measured at 6.9 times
+# The fourth configuration (lr 0.8, history 2, strong Wolfe, tolerance_change 1e-12) is measured at 5.4 times
 # torch's float32 distance after 10 steps: beyond the floor, so it is not claimed.
 @pytest.mark.parametrize("options", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_float32_is_within_torchs_own_float32_distance(options):
     """float32 LBFGS is chaotic in its branch decisions; so the yardstick is torch's own float32 run against its
     float64 run on the LSTM regression: ours must be as close to torch's float64 run as torch's float32 run is
-    (measured: 0.2-1.3x torch's distance after 10 steps; bar 5x, parity.floor's factor)."""
+    (measured: 0.6-3.2x torch's distance after 10 steps; bar 5x, parity.floor's factor)."""
     case = next(c for c in _problems(1) if c[0] == "lstm")
     t32 = _run(*case, torch.float32, steps=10, **_OPTIONS[options])
     with jax.enable_x64(True):
