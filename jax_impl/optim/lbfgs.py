@@ -24,9 +24,10 @@ closure that draws random numbers or counts calls sees what torch's sees.
 Dot products are torch's (MKL's kernel, summed in its order:
 :func:`jax_impl.optim.lbfgs_dot.torch_dot`) and the line search's scalar
 arithmetic follows torch's 0-d tensors (NumPy scalars stand for them), so on
-torch's closure values float64 runs are torch's bit for bit
-(tests/optim/test_lbfgs.py). ``sum |g|`` (the first step length) is NumPy's
-pairwise sum, which agrees with ATen's on the short vectors measured.
+torch's closure values the runs are torch's bit for bit, float64 and float32
+(tests/optim/test_lbfgs.py). ``sum |g|`` (the first step length) is ATen's
+``cascade_sum`` (:func:`jax_impl.optim.lbfgs_sum.torch_sum`; from 32768
+parameters on, ATen splits it across threads and NumPy's sum stands in).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import jax
 import numpy as np
 
 from jax_impl.optim.lbfgs_dot import torch_dot
+from jax_impl.optim.lbfgs_sum import torch_sum
 from jax_impl.random.fma import fma32, fma64
 
 __all__ = ["LBFGS", "LBFGSState", "lbfgs"]
@@ -284,7 +286,7 @@ class LBFGS:
             prev_loss = loss
 
             if state_n_iter == 1:
-                inverse = dt(1.0) / np.abs(flat_grad).sum(dtype=dtype)
+                inverse = dt(1.0) / torch_sum(np.abs(flat_grad))
                 t = (inverse if inverse < 1.0 else 1.0) * (dt(lr) if inverse < 1.0 else lr)
             else:
                 t = lr
