@@ -33,13 +33,16 @@ parameters on, ATen splits it across threads and NumPy's sum stands in).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from jax_impl.optim._sqrt import get_sqrt_mode, torch_sqrt
 from jax_impl.optim.lbfgs_dot import torch_dot
 from jax_impl.optim.lbfgs_sum import torch_sum
 from jax_impl.random.fma import fma32, fma64
@@ -75,7 +78,27 @@ def _add(x: np.ndarray, alpha, y: np.ndarray) -> np.ndarray:
     return fma(y, np.asarray(alpha, x.dtype), x).astype(x.dtype)
 
 
-def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
+@functools.lru_cache(maxsize=None)
+def _scalar_sqrt(mode: str) -> Callable[[Any], Any]:
+    """torch's ``sqrt`` of a 0-d tensor under ``jax_impl.optim``'s sqrt ``mode``, on a NumPy scalar.
+
+    torch's ``Tensor.sqrt`` on CPU is MKL's ``vdSqrt``/``vsSqrt`` (1 ULP below IEEE on about 0.5% of inputs
+    on AVX-512), which :func:`jax_impl.optim.torch_sqrt` reproduces per mode, jitted (its fused
+    multiply-adds are XLA's contractions); ``"ieee"`` is ``np.sqrt``.
+    """
+    if mode == "ieee":
+        return np.sqrt
+    jitted = jax.jit(functools.partial(torch_sqrt, mode=mode))
+
+    def sqrt(value):
+        dtype = np.asarray(value).dtype
+        with jax.enable_x64(True):
+            return dtype.type(np.asarray(jitted(jnp.asarray(value, dtype))))
+
+    return sqrt
+
+
+def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None, sqrt=np.sqrt):
     """torch's ``_cubic_interpolate``: the minimiser of the cubic through two points and slopes, clamped."""
     if bounds is not None:
         xmin_bound, xmax_bound = bounds
@@ -91,7 +114,7 @@ def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
     # torch's ``tensor ** 2`` is ``x * x``; NumPy's scalar ``** 2`` calls ``pow``, which can round otherwise.
     d2_square = d1 * d1 - g1 * g2
     if d2_square >= 0:
-        d2 = np.sqrt(d2_square)
+        d2 = sqrt(d2_square)  # torch's ``Tensor.sqrt``: MKL's on CPU (:func:`_scalar_sqrt`)
         if x1 <= x2:
             min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
         else:
@@ -100,7 +123,7 @@ def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
     return (xmin_bound + xmax_bound) / 2.0
 
 
-def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_ls=25):
+def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_ls=25, sqrt=np.sqrt):
     """torch's ``_strong_wolfe`` line search, statement for statement: ``(f, g, t, evaluations)``."""
     d_norm = np.abs(d).max()
     g = g.copy()
@@ -127,7 +150,7 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
         min_step = t + 0.01 * (t - t_prev)
         max_step = t * 10
         tmp = t
-        t = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds=(min_step, max_step))
+        t = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds=(min_step, max_step), sqrt=sqrt)
         t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new.copy(), gtd_new
         f_new, g_new = obj_func(x, t, d)
         ls_func_evals += 1
@@ -142,7 +165,8 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
     while not done and ls_iter < max_ls:
         if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
             break
-        t = _cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
+        t = _cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1],
+                               sqrt=sqrt)
         eps = 0.1 * (max(bracket) - min(bracket))
         if min(max(bracket) - t, t - min(bracket)) < eps:
             if insuf_progress or t >= max(bracket) or t <= min(bracket):
@@ -192,6 +216,7 @@ class LBFGS:
     tolerance_change: float = 1e-9
     history_size: int = 100
     line_search_fn: str | None = None
+    sqrt_mode: str = "ieee"
 
     def init(self, params: Any) -> LBFGSState:
         """The empty state (torch's before the first ``step``); ``params`` is accepted for optax's shape."""
@@ -303,7 +328,8 @@ class LBFGS:
                     return value, grad
 
                 loss, flat_grad, t, ls_func_evals = _strong_wolfe(
-                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals)
+                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals,
+                    sqrt=_scalar_sqrt(self.sqrt_mode))
                 x = _add(x, t, d)
                 opt_cond = np.abs(flat_grad).max() <= tolerance_grad
             else:
@@ -346,4 +372,5 @@ def lbfgs(lr: float = 1, max_iter: int = 20, max_eval: int | None = None, tolera
     if max_eval is None:
         max_eval = max_iter * 5 // 4
     return LBFGS(lr=lr, max_iter=max_iter, max_eval=max_eval, tolerance_grad=tolerance_grad,
-                 tolerance_change=tolerance_change, history_size=history_size, line_search_fn=line_search_fn)
+                 tolerance_change=tolerance_change, history_size=history_size, line_search_fn=line_search_fn,
+                 sqrt_mode=get_sqrt_mode())

@@ -36,7 +36,8 @@ kernels that are not reproduced here, and :func:`torch_dot` falls back to
 
 The fused multiply-adds are exact: each product is split error-free once
 (Dekker), and every step rounds ``A + x y`` once (TwoSum and rounding to odd
-for float64, a halfway check for float32, as :mod:`jax_impl.random.fma`).
+for float64, a halfway check for float32, as :mod:`jax_impl.random.fma`);
+long float64 vectors run the steps as a jitted ``lax.scan`` of additions.
 Inputs with non-finite values or magnitudes outside ``[2**-480, 2**495]`` take
 :func:`jax_impl.random.fma.fma64` step by step. float32 accumulators in
 float32's subnormal range are rounded from float64 as
@@ -49,7 +50,10 @@ from __future__ import annotations
 import functools
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jax_impl.nn.utils.linalg_norm import get_intra_op_threads
 from jax_impl.random.fma import fma32, fma64
@@ -152,6 +156,40 @@ def _steps(x: np.ndarray, y: np.ndarray, lanes: int) -> tuple[np.ndarray, np.nda
     return xs, ys
 
 
+# From this many steps on, the float64 recurrence runs as an XLA loop (one compile per length).
+_SCAN_STEPS = 64
+
+
+def _fma_step(acc: jax.Array, pe: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, None]:
+    """``fma`` from the exact product ``p + e``: TwoSum, ``t + e`` rounded to odd, one rounding. Additions and bit
+    operations only: XLA neither reassociates nor contracts them (there are no products to fuse)."""
+    p, e = pe
+    s = p + acc
+    bv = s - p
+    t = (p - (s - bv)) + (acc - bv)
+    w = t + e
+    bv = w - t
+    d = (t - (w - bv)) + (e - bv)
+    bits = lax.bitcast_convert_type(w, jnp.int64)
+    towards = jnp.where((d > 0) == (w > 0), 1, -1).astype(jnp.int64)
+    odd = jnp.where(((bits & 1) == 0) & (d != 0), bits + towards, bits)
+    return s + lax.bitcast_convert_type(odd, jnp.float64), None
+
+
+@jax.jit
+def _scan64(p: jax.Array, e: jax.Array) -> jax.Array:
+    return lax.scan(_fma_step, jnp.zeros(p.shape[1], p.dtype), (p, e))[0]
+
+
+def _in_normal_range(v: np.ndarray) -> bool:
+    """Nonzero ``|v|`` in ``[2**-400, 2**495]``: every nonzero term is then a multiple of ``2**-904``, far from
+    the subnormals that XLA's CPU flushes to zero."""
+    a = np.abs(v)
+    nonzero = a[a != 0]
+    return bool(np.isfinite(a).all()) and (nonzero.size == 0 or bool(nonzero.min() >= 2.0**-400
+                                                                       and nonzero.max() <= 2.0**495))
+
+
 def _accumulate64(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     """``A = fma(xs[k], ys[k], A)`` for the rows in order, from ``A = 0``: the float64 accumulators.
 
@@ -168,6 +206,9 @@ def _accumulate64(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
         return acc
     p, e = _two_prod(xs, ys)
     steps = p.shape[0]
+    if steps >= _SCAN_STEPS and _in_normal_range(xs) and _in_normal_range(ys):
+        with jax.enable_x64(True):
+            return np.asarray(_scan64(p, e))
     before, s, w = np.empty_like(p), np.empty_like(p), np.empty_like(p)
     t, bv = np.empty_like(acc), np.empty_like(acc)
     for k in range(steps):

@@ -14,6 +14,7 @@ from threadpoolctl import threadpool_limits
 import parity
 
 from examples.loops import time_sequence
+from jax_impl.nn.utils.linalg_norm import get_intra_op_threads, set_intra_op_threads
 from parity.floor import FLOOR_FACTOR
 from tests.examples.floor_verdict import floor_ratios
 from tests.examples.histories import worst
@@ -26,10 +27,17 @@ def _torch(**kwargs):
 
 
 def _jax(**kwargs):
-    """The JAX run with NumPy's BLAS on one thread: jax_impl.optim.lbfgs's dot products of the 31k parameters
-    are NumPy's, and a threaded OpenBLAS ``ddot`` took 16 ms instead of 5 us on two busy cores."""
-    with threadpool_limits(1, user_api="blas"):
-        return time_sequence.train_jax(**kwargs)
+    """The JAX run with torch's thread count here, one (``_torch``'s ``one_thread``): jax_impl.optim.lbfgs sums
+    its dot products of the 31k parameters in MKL's order, which splits them across torch's threads (three
+    steps: 4.2e-11 from torch on one thread, 1.0e-10 summed as two threads would). NumPy's BLAS on one thread
+    too: a threaded OpenBLAS call took 16 ms instead of 5 us on two busy cores."""
+    previous = get_intra_op_threads()
+    set_intra_op_threads(1)
+    try:
+        with threadpool_limits(1, user_api="blas"):
+            return time_sequence.train_jax(**kwargs)
+    finally:
+        set_intra_op_threads(previous)
 
 
 def test_sine_waves_are_generate_sine_wave_py():

@@ -102,6 +102,21 @@ def test_special_values(dtype):
             assert ours.tobytes() == theirs.tobytes(), (x, y, ours, theirs)
 
 
+@needs_mkl
+@pytest.mark.parametrize("n", [64, 2048, 2080])  # the NumPy steps, the XLA loop (64 blocks), the loop and a tail
+def test_a_fused_step_that_two_roundings_would_tie_wrongly(n):
+    """Lane 0 holds ``1 + 2**-52``; a later product ``2**-53 - 2**-113`` (inexact in float64) must leave it there
+    (the fused sum is just below the tie), while rounding ``A + p`` and then adding ``e`` lands on the tie and
+    rounds to ``1 + 2**-51``: the round-to-odd step decides."""
+    x, y = np.zeros(n), np.zeros(n)
+    x[0], y[0] = 1.0, 1 + 2.0**-52
+    k = (n // 32 - 1) * 32  # lane 0 of the last full block
+    x[k], y[k] = 1 + 2.0**-30, 2.0**-53 * (1 - 2.0**-30)
+    theirs = _torch(x, y)
+    assert theirs == 1 + 2.0**-52
+    assert np.asarray(torch_dot(x, y)).tobytes() == theirs.tobytes()
+
+
 def test_torchs_errors():
     for x, y in [(np.ones(3), np.ones(4)), (np.ones((3, 1)), np.ones(3)), (np.ones(3, np.float32), np.ones(3))]:
         with pytest.raises(RuntimeError) as ours:
