@@ -51,7 +51,7 @@ def test_the_examples_own_networks_float64_match_torch():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])  # measured on 0-3; two of them for the slow tier's time
 def test_fifty_steps_float64_match_torch(seed):
     """50 steps, nearly four epochs of 13 batches (the last of 8 images): every scalar, state and sample within
     1e-10 of torch's relative to its scale (measured 9.5e-16 to 6.6e-15 over these seeds)."""
@@ -62,7 +62,7 @@ def test_fifty_steps_float64_match_torch(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])  # measured on 0-3; two of them for the slow tier's time
 def test_fifty_steps_float32_within_torchs_floor(seed):
     """float32: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its float64
     twin (the same float32 draws, computed in float64), grouped as parity.compare_runs groups them (a step's

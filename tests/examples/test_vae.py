@@ -37,7 +37,7 @@ def test_torch_side_builds_the_examples_model():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 0, 2, 3])
+@pytest.mark.parametrize("seed", [1, 0])  # measured on 0-3; the example's seed and one more for the time
 def test_fifty_steps_float64_match_torch(seed):
     """50 steps of batch 128, four epochs and two batches (each ending with the held-out loss and a sample):
     every value within 1e-10 of torch's relative to its scale (measured 1.7e-15 to 5.8e-15 over these seeds)."""
@@ -48,7 +48,7 @@ def test_fifty_steps_float64_match_torch(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 0, 2, 3])
+@pytest.mark.parametrize("seed", [1, 0])  # measured on 0-3; the example's seed and one more for the time
 def test_fifty_steps_float32_within_torchs_floor(seed):
     """float32: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its float64
     twin (the same float32 draws, computed in float64), grouped as parity.compare_runs groups them. Measured
