@@ -75,6 +75,7 @@ def test_fifty_steps_float32_within_torchs_floor(seed):
     assert not over, over
 
 
+@pytest.mark.slow  # ~7 s of compiling; the default tier records the VAE, word LM, REINFORCE this way
 def test_command_line_records_both_sides_and_compare_runs_passes(tmp_path):
     """``python -m examples.loops.dcgan`` on each side, then ``parity.compare_runs`` on the two folders: the
     networks, samples and scalars, and the two Adams' states under torch's names (BatchNorm weights and
