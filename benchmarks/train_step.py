@@ -1,26 +1,24 @@
 """Time a train step and a forward pass: torch eager vs jax_impl under jax.jit.
 
     python benchmarks/train_step.py [--repeats N] [--json PATH] [--only lenet_b256,...] [--no-memory]
-                                    [--device cpu|cuda] [--tf32]
+                                    [--device cpu|cuda] [--tf32] [--compile]
 
-Cases (float32, random data, CrossEntropyLoss, SGD lr=0.01 momentum=0.9):
-
-- ``lenet_b256``: LeNet (3x32x32, 10 classes), batch 256;
-- ``resnet18_b32_64``: ResNet-18 (10 classes), batch 32 of 3x64x64;
-- ``resnet18_b4_224``: ResNet-18 (1000 classes), batch 4 of 3x224x224;
-- ``mnist_b64``: the PyTorch MNIST example's network (``examples/mnist_net.py``:
-  two 3x3 convs of 32 and 64 channels on 1x28x28, max pool, dropout 0.25 and
-  0.5, fc 9216->128->10, log-softmax; NLLLoss), batch 64, as the example
-  trains it; dropout draws torch's masks on both sides.
+Cases (float32, random data): ``train_step_models.CASES``, each a model a user
+writes with its loss and optimizer: LeNet, ResNet-18 at two shapes, the PyTorch
+MNIST example's network, two GPT-style language models, ViT-Ti/4 on 32x32, the
+word-language-model example's 2-layer LSTM and the DCGAN example's two-network
+step (``train_step_models`` describes each).
 
 For each case:
 
 - ``train``: one full step. torch: ``zero_grad``, forward, loss, backward,
-  ``SGD.step`` (eager, the way a torch recipe runs). JAX: ``jax_impl.train``'s
-  step, what a user's loop runs: the model split once into parameters and
-  buffers, one ``jax.jit`` of forward, loss, ``jax.grad`` and
-  ``jax_impl.optim.sgd``'s exact step, the batch an argument, the state
-  donated (updated in place);
+  the case's ``clip_grad_norm_``, ``optimizer.step`` (eager, the way a torch
+  recipe runs; with ``--compile`` also ``torch.compile(model)``, the optimizer
+  eager). JAX: ``jax_impl.train``'s step, what a user's loop runs: the model
+  split once into parameters and buffers, one ``jax.jit`` of forward, loss,
+  ``jax.grad``, the clip and the ``jax_impl.optim`` optimizer's exact step,
+  the batch an argument, the state donated (updated in place); DCGAN: the
+  example's own jitted step (``examples.loops.dcgan.jax_programs``);
 - ``infer``: forward in eval mode (torch under ``torch.no_grad``, JAX one
   jitted forward).
 
@@ -34,6 +32,12 @@ XLA's thread pool slows both). Reported: median and min over the
 faster), paired by round: the median over rounds of torch's block median over
 JAX's block median in the same round (``_common.paired_ratio``; the ratio of
 the overall medians is kept in the JSON as ``ratio_of_medians``).
+
+FLOPs (on the CPU): ``torch.utils.flop_counter.FlopCounterMode`` over one
+torch call of each mode (matrix products, convolutions, attention; the same
+work on both sides), so the achieved GFLOP/s of each framework can be set
+beside the machine's peak, measured as the best float32 2048 x 2048 GEMM of
+torch and of XLA (``peak_gflops``).
 
 Peak memory (unless ``--no-memory``): each framework runs the train step in
 a fresh subprocess that imports only that framework, for a few batch sizes;
@@ -73,17 +77,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repository: examples/ (the MNIST net)
 
 from _common import machine_info, paired_ratio, ratio, time_blocks, write_json  # noqa: E402
+from train_step_models import CASES, data, jax_setup, jax_model, jax_train_step, torch_setup  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "train_step.json"
-
-CASES: dict[str, dict[str, Any]] = {
-    "lenet_b256": dict(model="lenet", batch=256, image=32, classes=10, memory_batches=(64, 256, 1024)),
-    "resnet18_b32_64": dict(model="resnet18", batch=32, image=64, classes=10, memory_batches=(8, 32, 64)),
-    "resnet18_b4_224": dict(model="resnet18", batch=4, image=224, classes=1000, memory_batches=(2, 4, 8)),
-    "mnist_b64": dict(model="mnist", batch=64, image=28, classes=10, channels=1, loss="NLLLoss",
-                      memory_batches=(16, 64, 256)),
-}
-LR, MOMENTUM = 0.01, 0.9
 ROUNDS = 10  # alternating blocks of JAX and torch calls (time_blocks): the host's speed drifts within a run
 DEVICE = {"name": "cpu"}  # set by --device
 
@@ -110,126 +106,78 @@ def _set_tf32(on: bool, frameworks: tuple[str, ...] = ("jax", "torch")) -> None:
         torch.backends.cudnn.allow_tf32 = on
 
 
-def _torch_model(case: dict[str, Any]):
+def torch_calls(case: dict[str, Any], x, y, *, compiled: bool = False):
+    """``train`` and ``infer`` closures for torch, and the model(s) (to copy the weights to JAX)."""
     import torch
 
-    from torch_ref import models
-
-    torch.manual_seed(0)
-    if case["model"] == "lenet":
-        return models.LeNet(num_classes=case["classes"], in_channels=3, image_size=case["image"])
-    if case["model"] == "mnist":
-        from examples.mnist_net import Net
-
-        return Net(image_size=case["image"])
-    return models.resnet18(num_classes=case["classes"])
+    return torch_setup(case, x, y, torch.device(DEVICE["name"]), _sync, compiled=compiled)
 
 
-def _jax_model(case: dict[str, Any]):
-    from flax import nnx
+def count_flops(fns: dict[str, Any]) -> dict[str, int]:
+    """The floating-point operations of one call of each closure, as ``torch.utils.flop_counter`` counts them.
 
-    from jax_impl import models
+    Matrix products, convolutions and attention (forward and backward), the work
+    both frameworks do alike; element-wise operations are not counted.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
 
-    rngs = nnx.Rngs(0)
-    if case["model"] == "lenet":
-        return models.LeNet(num_classes=case["classes"], in_channels=3, image_size=case["image"], rngs=rngs)
-    if case["model"] == "mnist":
-        from examples.mnist_net import JaxNet
-
-        return JaxNet(image_size=case["image"])
-    return models.resnet18(num_classes=case["classes"], rngs=rngs)
-
-
-def _data(case: dict[str, Any], batch: int | None = None):
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    n = batch or case["batch"]
-    x = rng.standard_normal((n, case.get("channels", 3), case["image"], case["image"]), dtype=np.float32)
-    y = rng.integers(0, case["classes"], n).astype(np.int64)
-    return x, y
+    flops = {}
+    for mode, call in fns.items():
+        counter = FlopCounterMode(display=False)
+        with counter:
+            call()
+        flops[mode] = int(counter.get_total_flops())
+    return flops
 
 
-def torch_calls(case: dict[str, Any], x, y):
-    """``train`` and ``infer`` closures for torch, and the model (to copy its weights to JAX)."""
-    import torch
+def peak_gflops(repeats: int = 10) -> dict[str, float]:
+    """This machine's float32 matrix-product rate in GFLOP/s: a 2048 x 2048 GEMM, best of ``repeats``, each
+    framework (torch's MKL, XLA's), on the device the cases run on."""
+    import time
 
-    device = torch.device(DEVICE["name"])
-    model = _torch_model(case).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    loss_fn = getattr(torch.nn, case.get("loss", "CrossEntropyLoss"))()
-    tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-
-    def train() -> None:
-        model.train()
-        opt.zero_grad()
-        loss_fn(model(tx), ty).backward()
-        opt.step()
-        _sync()
-
-    def infer() -> None:
-        model.eval()
-        with torch.no_grad():
-            model(tx)
-        _sync()
-
-    return {"train": train, "infer": infer}, model
-
-
-def jax_train_step(model, *, donate: bool = True, loss: str = "CrossEntropyLoss"):
-    """``(state, x, y) -> (state, loss)`` and the initial state: ``jax_impl.train``'s step, what a user's loop
-    runs (the model split once, the batch an argument, the state donated, ``tx.step``)."""
-    from jax_impl import nn, optim
-    from jax_impl.train import init_train_state, train_step
-
-    tx = optim.sgd(lr=LR, momentum=MOMENTUM)
-    graphdef, state = init_train_state(model, tx)
-    return train_step(graphdef, getattr(nn, loss)(), tx, donate=donate), state
-
-
-def jax_calls(case: dict[str, Any], x, y, torch_model):
-    """``train`` and ``infer`` closures for jax_impl, starting from ``torch_model``'s weights."""
     import jax
     import jax.numpy as jnp
-    from flax import nnx
+    import numpy as np
+    import torch
 
-    from parity.convert import load_torch_state_dict
-
-    model = _jax_model(case)
-    load_torch_state_dict(model, {k: v.cpu() for k, v in torch_model.state_dict().items()})
-    jx, jy = jnp.asarray(x), jnp.asarray(y)
-    model.eval()
-    graphdef, variables = nnx.split(model)
-    variables = jax.tree.map(jnp.copy, variables)  # the train step donates (deletes) the model's own arrays
-    forward = jax.jit(lambda v, a: nnx.merge(graphdef, v)(a))
-    model.train()
-    step, state = jax_train_step(model, loss=case.get("loss", "CrossEntropyLoss"))
-    box = {"state": state}
-
-    def train() -> None:
-        box["state"], loss = step(box["state"], jx, jy)
-        jax.block_until_ready(loss)
-
-    def infer() -> None:
-        jax.block_until_ready(forward(variables, jx))
-
-    return {"train": train, "infer": infer}
+    n = 2048
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    ta = torch.from_numpy(a).to(DEVICE["name"])
+    ja = jnp.asarray(a)
+    matmul = jax.jit(jnp.matmul)
+    calls = {"torch": lambda: (torch.mm(ta, ta), _sync()),
+             "jax": lambda: jax.block_until_ready(matmul(ja, ja))}
+    rates = {}
+    for name, call in calls.items():
+        call()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            best = min(best, time.perf_counter() - start)
+        rates[name] = 2 * n**3 / best / 1e9
+    return rates
 
 
-def run_case(name: str, *, repeats: int) -> dict[str, Any]:
+def run_case(name: str, *, repeats: int, compiled: bool = False) -> dict[str, Any]:
+    """Times one case: torch eager and jax_impl (and ``torch.compile`` with ``compiled``), paired by round."""
     case = CASES[name]
-    x, y = _data(case)
+    x, y = data(case)
     torch_fns, torch_model = torch_calls(case, x, y)
-    jax_fns = jax_calls(case, x, y, torch_model)
+    jax_fns = jax_setup(case, x, y, torch_model)
     result: dict[str, Any] = {"case": dict(case, memory_batches=list(case["memory_batches"]))}
-    times = time_blocks({"jax": {k: jax_fns[k] for k in ("train", "infer")},
-                         "torch": {k: torch_fns[k] for k in ("train", "infer")}},
-                        warmup=2, repeats=repeats, rounds=min(ROUNDS, repeats))
-    jax_times, torch_times = times["jax"], times["torch"]
+    groups = {"jax": jax_fns, "torch": torch_fns}
+    if compiled:
+        groups["torch_compile"] = torch_calls(case, x, y, compiled=True)[0]
+    if DEVICE["name"] == "cpu":
+        result["flops"] = count_flops(torch_fns)
+    times = time_blocks(groups, warmup=2, repeats=repeats, rounds=min(ROUNDS, repeats))
     for mode in ("train", "infer"):
-        result[mode] = {"torch": torch_times[mode], "jax": jax_times[mode],
-                        "ratio": paired_ratio(torch_times[mode], jax_times[mode]),
-                        "ratio_of_medians": ratio(torch_times[mode], jax_times[mode])}
+        result[mode] = {g: times[g][mode] for g in groups}
+        result[mode]["ratio"] = paired_ratio(times["torch"][mode], times["jax"][mode])
+        result[mode]["ratio_of_medians"] = ratio(times["torch"][mode], times["jax"][mode])
+        if compiled:
+            result[mode]["compile_ratio"] = paired_ratio(times["torch_compile"][mode], times["jax"][mode])
     return result
 
 
@@ -262,7 +210,7 @@ def _torch_saved_bytes(fns) -> int:
 def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
     """Run in a subprocess: peak-RSS growth over three train steps of one framework."""
     case = CASES[name]
-    x, y = _data(case, batch)
+    x, y = data(case, batch)
     out: dict[str, Any] = {}
     if framework == "torch":
         fns, _ = torch_calls(case, x, y)
@@ -271,7 +219,7 @@ def memory_probe(framework: str, name: str, batch: int) -> dict[str, Any]:
         import jax
         import jax.numpy as jnp
 
-        step, state = jax_train_step(_jax_model(case), loss=case.get("loss", "CrossEntropyLoss"))
+        step, state = jax_train_step(case, jax_model(case))
         jx, jy = jnp.asarray(x), jnp.asarray(y)
         analysis = step.lower(state, jx, jy).compile().memory_analysis()
         if analysis is not None:
@@ -323,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where torch runs (JAX: its default device)")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 on a GPU (speed runs; parity runs leave it off)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time torch.compile(model) (inductor; its compilation excluded, as JAX's)")
     parser.add_argument("--memory-probe", nargs=3, metavar=("FRAMEWORK", "CASE", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     DEVICE.update(name=args.device, tf32=args.tf32)
@@ -343,15 +293,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     results: dict[str, Any] = {"machine": machine_info(), "repeats": args.repeats, "device": args.device,
                                "tf32": args.tf32, "cases": {}}
+    if args.device == "cpu":
+        results["peak_gflops"] = peak_gflops()
+        print("peak float32 GEMM GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in results["peak_gflops"].items()))
     for name in names:
-        res = run_case(name, repeats=args.repeats)
+        res = run_case(name, repeats=args.repeats, compiled=args.compile)
         if not args.no_memory:
             res["memory"] = run_memory(name)
         results["cases"][name] = res
         print(f"{name:18s} train: torch {res['train']['torch']['median_ms']:8.1f} ms  jax "
               f"{res['train']['jax']['median_ms']:8.1f} ms  ratio {res['train']['ratio']:.2f} | infer: torch "
               f"{res['infer']['torch']['median_ms']:7.1f} ms  jax {res['infer']['jax']['median_ms']:7.1f} ms  "
-              f"ratio {res['infer']['ratio']:.2f}", flush=True)
+              f"ratio {res['infer']['ratio']:.2f}"
+              + (f" | compile ratio train {res['train']['compile_ratio']:.2f} infer {res['infer']['compile_ratio']:.2f}"
+                 if args.compile else ""), flush=True)
     write_json(args.json, results)
     return 0
 

@@ -56,7 +56,7 @@ import numpy as np
 import jax_impl.nn as jnn
 from examples.loops.recording import epochs, kept, record, recorder
 
-__all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "main", "torch_networks", "train_jax", "train_torch"]
+__all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "jax_programs", "main", "torch_networks", "train_jax", "train_torch"]
 
 REAL_LABEL = 1
 FAKE_LABEL = 0
@@ -329,7 +329,7 @@ def train_jax(folder: Any = None, *, steps: int = 50, dtype: str = "float64", se
 
 
 @functools.lru_cache(maxsize=8)
-def _jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, Any]:
+def jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, Any]:
     """The two Adams, the jitted step and the jitted sample of the networks ``graphG`` and ``graphD``.
 
     Kept per networks' graphs and config, so that a second run in the same process (both dtypes, or a
@@ -402,7 +402,7 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
     graphG, pG, bG = split(JaxGenerator)
     graphD, pD, bD = split(JaxDiscriminator)
     fixed_noise = jnp.asarray(jr.randn(c.batch_size, c.nz, 1, 1, dtype=ddt), cdt)
-    txD, txG, train_step, sample = _jax_programs(graphG, graphD, c)
+    txD, txG, train_step, sample = jax_programs(graphG, graphD, c)
     optD, optG = txD.init(pD), txG.init(pG)
 
     def state(params: Any, buffers: Any) -> dict[str, np.ndarray]:

@@ -59,6 +59,23 @@ def test_render_every_section(tmp_path):
     assert "Not measured" not in text
 
 
+def test_train_step_compile_columns_and_flop_rates(tmp_path):
+    """``--compile`` adds torch.compile's times and ratio; counted FLOPs become GFLOP/s beside the GEMM peak."""
+    data = json.loads(json.dumps(FAKE["train_step"]))
+    case = data["cases"]["lenet_b256"]
+    for mode in ("train", "infer"):
+        case[mode]["torch_compile"] = {"median_ms": 1.0}
+        case[mode]["compile_ratio"] = 0.25
+    case["flops"] = {"train": 8_000_000_000, "infer": 2_000_000_000}
+    data["peak_gflops"] = {"torch": 100.0, "jax": 200.0}
+    (tmp_path / "train_step.json").write_text(json.dumps(data))
+    text = bench.render_markdown(tmp_path)
+    assert "| lenet_b256 | 2.0 | 1.0 | 4.0 | 0.50 | 0.25 | 2.0 | 1.0 | 2.0 | 1.00 | 0.25 |" in text
+    # 8 GFLOP in 2 ms (torch) and 4 ms (JAX): 4000 and 2000 GFLOP/s, against the higher peak (200).
+    assert "| lenet_b256 | 8.00 | 4000 | 2000 | 2000 | 1000 | 2.00 | 1000 | 1000 |" in text
+    assert "torch 100, XLA 200 GFLOP/s" in text
+
+
 def test_missing_results_are_named(tmp_path):
     _write(tmp_path, ["conv_speed"])
     text = bench.render_markdown(tmp_path)
