@@ -35,14 +35,22 @@ _SPECS = [dict(size=9), dict(size=3), dict(size=1), dict(scale_factor=2), dict(s
 _EXACT32 = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")
 
 
-def _compare(shape, dtype, seed, **kw):
-    """(forward rel err, gradient rel err, bit-identical forward) of ours against torch's."""
+def _compare(shape, dtype, seed, jit=False, **kw):
+    """(forward rel err, gradient rel err, bit-identical forward) of ours against torch's.
+
+    ``jit``: forward and gradient as one compiled function; eagerly, each op compiles on its own
+    for every new output size (about twice the CPU time over the slow grid).
+    """
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape).astype(dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         theirs, (t_grad,) = torch_input_grad(lambda t: torch.nn.functional.interpolate(t, **kw), x)
-    ours, (grad,) = input_grad(lambda a: F.interpolate(a, **kw), jnp.asarray(x))
+
+    def ours_and_grad(a):
+        return input_grad(lambda b: F.interpolate(b, **kw), a)
+
+    ours, (grad,) = (jax.jit(ours_and_grad) if jit else ours_and_grad)(jnp.asarray(x))
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
     return rel_err(ours, theirs), rel_err(grad, t_grad), np.array_equal(np.asarray(ours), theirs)
 
@@ -65,9 +73,9 @@ def _cases(nd):
             yield dict(mode=mode, align_corners=align_corners, antialias=True, **spec)
 
 
-def _check(nd, dtype, kw, seed):
+def _check(nd, dtype, kw, seed, jit=False):
     with jax.enable_x64(True):
-        fwd, bwd, same = _compare(_SHAPES[nd], dtype, seed, **kw)
+        fwd, bwd, same = _compare(_SHAPES[nd], dtype, seed, jit=jit, **kw)
     if dtype == np.float64:
         assert fwd <= 1e-12 and bwd <= 1e-12, (kw, fwd, bwd)
     else:
@@ -94,8 +102,9 @@ def test_modes_match_torch(nd, kw, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("nd", [3, 4, 5])
 def test_grid_matches_torch(nd, dtype):
+    """The grid under jax.jit (the same bars, bit-identity included); test_modes_match_torch runs eagerly."""
     for i, kw in enumerate(_cases(nd)):
-        _check(nd, dtype, kw, seed=i)
+        _check(nd, dtype, kw, seed=i, jit=True)
 
 
 @jax.enable_x64(True)

@@ -12,7 +12,8 @@ Inputs are either standard normal (rounding-sensitive) or multiples of 1/4
 both libraries; torch's gradient there is ``clamp_min``'s (passes) for the
 composites and 0 for the multi-margin kernels (``z > 0``).
 
-Measured over the slow grids below (torch 2.13 CPU, jax 0.10 XLA:CPU):
+Measured over the full option products (the slow grids below run a covering subset of them;
+torch 2.13 CPU, jax 0.10 XLA:CPU):
 
 - ``multi_margin_loss``, ``multilabel_margin_loss``: float32 per-sample
   values (``'none'``) and all gradients bit-identical (torch's serial loops
@@ -165,11 +166,31 @@ def test_multi_margin_loss(shape, data, p, margin, weighted, reduction, dtype):
     _multi_margin_case(shape, data, p, margin, weighted, reduction, dtype, seed=0)
 
 
+# (p, weighted, reduction, dtype) rows that hold every pair of two options' values (a pairwise
+# covering array of the 2 x 2 x 3 x 2 product): each reduction with each dtype, each p with each
+# weighting, and so on.
+MM_PAIRWISE = [
+    (1, False, "none", np.float32), (2, True, "none", np.float64),
+    (2, False, "mean", np.float32), (1, True, "mean", np.float64),
+    (1, True, "sum", np.float32), (2, False, "sum", np.float64),
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", MM_SHAPES)
 @pytest.mark.parametrize("data", ["normal", "grid"])
 def test_multi_margin_loss_grid(shape, data):
-    combos = itertools.product((1, 2), (False, True), REDUCTIONS, (np.float32, np.float64))
+    """Every option combination on the batched shape, every pair of option values on the others.
+
+    Each combination compiles its own kernel. The options act per sample and per class, the same
+    at any shape, so the full 24-combination product runs on ``(7, 5)``; the unbatched, 0-d,
+    one-class and 40-sample shapes check their shape handling with each reduction, dtype, p and
+    weighting in the 6 pairwise rows (every pair of values of two options meets once).
+    """
+    if shape == MM_SHAPES[0]:
+        combos = list(itertools.product((1, 2), (False, True), REDUCTIONS, (np.float32, np.float64)))
+    else:
+        combos = MM_PAIRWISE
     for seed, (p, weighted, reduction, dtype) in enumerate(combos):
         margin = (1.0, 0.25, -0.5)[seed % 3]
         _multi_margin_case(shape, data, p, margin, weighted, reduction, dtype, seed)
@@ -309,17 +330,24 @@ def test_elementwise_losses(case):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_elementwise_losses_grid(reduction, dtype):
+    """Each (shape, margin) compiles; margins are static, so the grid rotates them over the shapes.
+
+    Ranking and hinge run every shape on normal data (rounding) and on the quarter grid (exact ties
+    at the margin), the margins 0, 0.5 (normal) and 0, -0.25 (grid) alternating with the shape: each
+    margin meets the 0-d, one-element and multi-axis shapes. Soft margin is smooth (no ties), so its
+    data kind alternates with the shape; cosine runs each shape on normal data at margin 0 and on the
+    grid at 0.5 or -0.25 in turn. Every branch (tie, clamp, target value, weight) meets every
+    reduction and dtype through the test's parameters.
+    """
     seeds = itertools.count()
-    # margins 0.5 and -0.25 alternate with the data kind (not all six pairs): CI's slow tier has a time budget
-    for shape, (data, margin) in itertools.product(ELEMENTWISE_SHAPES, (("normal", 0.0), ("grid", 0.0),
-                                                                        ("normal", 0.5), ("grid", -0.25))):
-        _ranking_case(shape, data, margin, reduction, dtype, next(seeds))
-        _hinge_case(shape, data, margin + 1.0, reduction, dtype, next(seeds))
-    for shape, data in itertools.product(ELEMENTWISE_SHAPES, ("normal", "grid")):
-        _soft_margin_case(shape, data, reduction, dtype, next(seeds))
-    for shape, (data, margin) in itertools.product(COSINE_SHAPES, (("normal", 0.0), ("grid", 0.5),
-                                                                   ("grid", -0.25))):
-        _cosine_case(shape, data, margin, reduction, dtype, next(seeds))
+    for i, shape in enumerate(ELEMENTWISE_SHAPES):
+        for data, margin in (("normal", (0.0, 0.5)[i % 2]), ("grid", (-0.25, 0.0)[i % 2])):
+            _ranking_case(shape, data, margin, reduction, dtype, next(seeds))
+            _hinge_case(shape, data, margin + 1.0, reduction, dtype, next(seeds))
+        _soft_margin_case(shape, ("normal", "grid")[i % 2], reduction, dtype, next(seeds))
+    for i, shape in enumerate(COSINE_SHAPES):
+        for data, margin in (("normal", 0.0), ("grid", (0.5, -0.25)[i % 2])):
+            _cosine_case(shape, data, margin, reduction, dtype, next(seeds))
     for shape, weighted in itertools.product(SOFT_MULTILABEL_SHAPES, (False, True)):
         _multilabel_soft_case(shape, weighted, reduction, dtype, next(seeds))
     _cosine_case((5, 3), "grid", 0.0, reduction, dtype, next(seeds), zero_row=True)

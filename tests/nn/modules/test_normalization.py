@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 
 import jax_impl.nn as nn
 from tests.nn.modules._torch_pair import input_grad, load_state, max_state_diff, rel_err, torch_input_grad
@@ -27,11 +28,17 @@ def _default_first(values):
     return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
 
 
-def _check(t_mod, j_mod, x, dtype):
+def _jitted_input_grad(module, x):
+    """:func:`input_grad` of ``module`` as one compiled function (nnx split / merge)."""
+    graph, state = nnx.split(module)
+    return jax.jit(lambda s, a: input_grad(nnx.merge(graph, s), a))(state, x)
+
+
+def _check(t_mod, j_mod, x, dtype, jit=False):
     t_mod.weight is not None and torch.nn.init.normal_(t_mod.weight)  # non-trivial affine parameters
     getattr(t_mod, "bias", None) is not None and torch.nn.init.normal_(t_mod.bias)
     load_state(j_mod, t_mod)
-    out, grads = input_grad(j_mod, jnp.asarray(x))
+    out, grads = (_jitted_input_grad if jit else input_grad)(j_mod, jnp.asarray(x))
     t_out, t_grads = torch_input_grad(t_mod, x)
     assert rel_err(out, t_out) <= TOL[dtype]
     assert rel_err(grads[0], t_grads[0]) <= TOL[dtype]
@@ -77,6 +84,12 @@ def test_norm_layers_match_torch(dtype, kind, x_shape, shape_arg, kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_norm_layers_wide_grid_float64(seed):
+    """Random shapes, groups and affine flags in float64, each check jitted.
+
+    Every draw has new shapes: eagerly, each of the forward and backward ops compiles on its own
+    for each (~1 s a check); one jit compile per check is a fifth of that. The eager path is
+    ``test_norm_layers_match_torch``'s.
+    """
     rng = np.random.default_rng(seed)
     with jax.enable_x64(True):
         for kind, affine in itertools.product(("layer", "group", "rms"), (True, False)):
@@ -91,7 +104,7 @@ def test_norm_layers_wide_grid_float64(seed):
             else:
                 t_mod, j_mod = _pair(kind, (c, s), dict(elementwise_affine=affine), np.float64)
                 x_shape = (n, c, s)
-            _check(t_mod, j_mod, rng.standard_normal(x_shape) * 10, np.float64)
+            _check(t_mod, j_mod, rng.standard_normal(x_shape) * 10, np.float64, jit=True)
 
 
 def test_group_norm_rejects_indivisible_channels():
