@@ -105,14 +105,13 @@ def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray
 
 @pytest.mark.slow
 def test_five_lbfgs_steps_float64_within_torchs_own_spread():
-    """Five steps (100 closure evaluations): ours no farther from torch's default run than torch's own runs on
-    its other CPU paths (ATen's default kernels, MKL's SSE4.2 kernels), as tests/optim/test_lbfgs.py measures
-    LBFGS itself. Measured: ours 2.3e-6 (closure values), torch's own 2.2e-7 (MKL SSE4.2) and 1.1e-1
-    (ATen default)."""
+    """Five steps (100 closure evaluations): ours no farther from torch's default run than torch's own run on
+    another CPU path (ATen's default kernels), as tests/optim/test_lbfgs.py measures LBFGS itself. Measured:
+    ours 2.3e-6 (closure values), torch's own 1.1e-1 (ATen default) and 2.2e-7 (MKL's SSE4.2 kernels, not run
+    here: the widest of torch's paths sets the spread)."""
     reference = _torch(steps=5)
     ours = worst(_jax(steps=5), reference)[1]
-    spread = max(worst(_torch_variant(5, env), reference)[1]
-                 for env in ({"ATEN_CPU_CAPABILITY": "default"}, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}))
+    spread = worst(_torch_variant(5, {"ATEN_CPU_CAPABILITY": "default"}), reference)[1]
     assert ours <= spread, (ours, spread)
 
 
