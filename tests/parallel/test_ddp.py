@@ -5,10 +5,12 @@ Measured here (2-core CPU), the bars being issue #9's:
 * N devices vs one device on the full batch (LeNet, no BN, SGD momentum,
   10 steps): pmap and sharded jit bit-identical to each other; vs full
   batch 1.3e-7 (N=2) (bar 1e-6): only the gradient's summation order differs.
-* LeNet, 20 steps, SGD with momentum, 70 samples (uneven: the sampler pads,
-  the last local batch has 3 samples): float32 max divergence (max |diff| /
-  max |torch| per tensor) 2e-5 (bar 1e-4), float64 <= 1e-15 (bar 1e-10),
-  for pmap, sharded jit and 2 jax.distributed processes.
+* LeNet, 20 steps, SGD with momentum in param groups under OneCycleLR,
+  label smoothing, 70 samples (uneven: the sampler pads, the last local
+  batch has 3 samples): float32 max divergence (max |diff| / max |torch| per
+  tensor) 1.7e-7 (bar 1e-4), for pmap, sharded jit and 2 jax.distributed
+  processes (2 ranks), pmap (4 ranks); float64 <= 1e-15 (bar 1e-10): the
+  runner's data-parallel runs (tests/parity/test_parallel_runner.py).
 * ResNet-18 (BatchNorm, DDP buffer broadcast from rank 0), float64: see
   ``test_resnet18_batchnorm_ddp_float64``.
 """
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 
 from jax_impl.parallel import spawn
-from parity.parallel import DDPSpec, compare_ddp, divergence
+from parity.parallel import DDPSpec, compare_ddp, divergence, initial_state, jax_run, torch_reference
 from tests.parallel import _workers
 
 # The CPU runs here train under torch DDP, pmap or sharded jit in subprocesses: the slow tier (the
@@ -39,7 +41,6 @@ def test_initial_state_is_the_seeded_model_and_leaves_the_callers_generator() ->
     global generator behind its back."""
     import torch
 
-    from parity.parallel import initial_state
     from torch_ref.models import LeNet
 
     x, y = _data(8, (1, 8, 8))
@@ -80,45 +81,54 @@ def test_n_devices_equal_one_device_full_batch(n: int) -> None:
     assert result["vmap_vs_pmap"] <= 1e-6, result
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("mode", "dtype", "world_size"), [
-    ("pmap", "float32", 2), ("sharded", "float32", 2),
-    ("multiprocess", "float32", 2),  # 4 processes
-    ("pmap", "float32", 4),  # 4 torch ranks
-])  # float64 DDP, strict: the float64 data-parallel runs of tests/parity/test_parallel_runner.py
-def test_lenet_matches_torch_ddp(mode: str, dtype: str, world_size: int) -> None:
-    x, y = _data(70, (1, 8, 8))  # 70 = 2 x 35: the last local batch of 8 has 3 samples (4 ranks: pads to 72)
-    spec = DDPSpec(*LENET, {"name": "SGD", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4}, x, y,
-                   world_size=world_size, local_batch=8, steps=20, mode=mode, dtype=dtype)
-    torch_run, jax_run = compare_ddp(spec, timeout=300)
-    d = divergence(torch_run["state"], jax_run["state"])
-    assert d["params"] <= (1e-10 if dtype == "float64" else 1e-4), d
-    assert len(torch_run["losses"]) == len(jax_run["losses"]) == 20
-    np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5 if dtype == "float32" else 1e-12)
-
-
-@pytest.mark.slow
-def test_lenet_with_one_cycle_param_groups_and_another_loss_matches_torch_ddp() -> None:
-    """torch's real OneCycleLR on every DDP rank, stepped per step and cycling momentum, vs jax_impl's
-    schedule in the JAX step; with param groups (a config's globs: the conv layers at their own lr, no
-    weight decay on biases, each group's lr cycled from its own) and CrossEntropyLoss(label_smoothing=0.1)
-    on both sides. Measured 1.6e-7 (fc3.weight; losses 1.0e-7 apart), where torch's own run without the
-    schedule, the groups and the smoothing ends 0.21 away: all three are followed. Bar 1e-4 (the float32
-    DDP bar; the LeNet runs without them measure 2e-5 at most). A per-epoch StepLR: test_parallel_runner's
-    float64 run."""
+def _lenet_spec(mode: str, dtype: str, world_size: int) -> DDPSpec:
+    """LeNet, 20 steps of SGD with momentum in param groups (a config's globs: the conv layers at their own lr,
+    no weight decay on biases), torch's OneCycleLR stepped per step (each group's lr cycled from its own, and
+    the momentum), CrossEntropyLoss(label_smoothing=0.1), on 70 samples."""
     from parity.config.schema import LossConfig, OptimizerConfig, ParamGroupConfig, SchedulerConfig
 
-    x, y = _data(70, (1, 8, 8))
+    x, y = _data(70, (1, 8, 8))  # 70 = 2 x 35: the last local batch of 8 has 3 samples (4 ranks: pads to 72)
     optimizer = OptimizerConfig("SGD", {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}, param_groups=(
         ParamGroupConfig(("conv*.weight",), {"lr": 0.02}), ParamGroupConfig(("*.bias",), {"weight_decay": 0.0})))
     scheduler = SchedulerConfig("OneCycleLR", {"max_lr": 0.1, "total_steps": 20}, interval="step")
-    spec = DDPSpec(*LENET, optimizer, x, y, world_size=2, local_batch=8, steps=20, scheduler=scheduler,
-                   loss=LossConfig("CrossEntropyLoss", {"label_smoothing": 0.1}))
-    assert spec.steps_per_epoch() == 5  # 35 samples per rank (70 / 2), batches of 8: 4 epochs
-    torch_run, jax_run = compare_ddp(spec, timeout=300)
-    d = divergence(torch_run["state"], jax_run["state"])
-    assert d["params"] <= 1e-4, d
-    np.testing.assert_allclose(jax_run["losses"], torch_run["losses"], rtol=1e-5)
+    return DDPSpec(*LENET, optimizer, x, y, world_size=world_size, local_batch=8, steps=20, mode=mode, dtype=dtype,
+                   scheduler=scheduler, loss=LossConfig("CrossEntropyLoss", {"label_smoothing": 0.1}))
+
+
+@pytest.fixture(scope="module")
+def torch_ddp_run():
+    """torch's DDP run of ``_lenet_spec`` per ``(dtype, world_size)``, trained once: the JAX layout does not
+    enter torch's side, so every layout compares against the same run."""
+    runs = {}
+
+    def run(dtype: str, world_size: int) -> dict:
+        if (dtype, world_size) not in runs:
+            spec = _lenet_spec("pmap", dtype, world_size)
+            runs[dtype, world_size] = torch_reference(spec, initial_state(spec), timeout=300)
+        return runs[dtype, world_size]
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "dtype", "world_size"), [
+    ("pmap", "float32", 2), ("sharded", "float32", 2),
+    ("multiprocess", "float32", 2),  # 2 JAX processes
+    ("pmap", "float32", 4),  # 4 torch ranks
+])  # float64 DDP, strict: the float64 data-parallel runs of tests/parity/test_parallel_runner.py
+def test_lenet_matches_torch_ddp(torch_ddp_run, mode: str, dtype: str, world_size: int) -> None:
+    """``_lenet_spec`` in torch DDP and in each JAX layout: torch's real OneCycleLR on every DDP rank vs
+    jax_impl's schedule in the JAX step, the param groups and the smoothed loss on both sides. Measured
+    1.6e-7 (N=2, each layout; fc3.weight; losses 1.0e-7 apart), 1.7e-7 (N=4; losses 2.1e-7), where torch's
+    own run without the schedule, the groups and the smoothing ends 0.21 away (N=2): all three are followed.
+    Bar 1e-4, losses rtol 1e-5. A per-epoch StepLR: test_parallel_runner's float64 run."""
+    spec = _lenet_spec(mode, dtype, world_size)
+    assert spec.steps_per_epoch() == (5 if world_size == 2 else 3)  # 35 (18) samples per rank, batches of 8
+    torch_run, jax_run_ = torch_ddp_run(dtype, world_size), jax_run(spec, initial_state(spec), timeout=300)
+    d = divergence(torch_run["state"], jax_run_["state"])
+    assert d["params"] <= (1e-10 if dtype == "float64" else 1e-4), d
+    assert len(torch_run["losses"]) == len(jax_run_["losses"]) == 20
+    np.testing.assert_allclose(jax_run_["losses"], torch_run["losses"], rtol=1e-5 if dtype == "float32" else 1e-12)
 
 
 # Alone: ~45 s. Beside another pytest-xdist worker its JAX process (2 devices on the 2 cores) once ran past
@@ -164,8 +174,8 @@ def test_sync_batchnorm_matches_torch_sync_batchnorm_cuda() -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_lenet_ddp_nccl_one_gpu(dtype: str) -> None:
     """torch DDP over NCCL (one rank per GPU, as many ranks as GPUs, at most 2) vs JAX pmap on as many
-    GPUs: the LeNet run of ``test_lenet_matches_torch_ddp`` on the GPU, both sides TF32 off (jax_impl's
-    layers ask for HIGHEST precision), bars 1e-4 / 1e-10."""
+    GPUs: ``test_lenet_matches_torch_ddp``'s LeNet and data on the GPU, with plain SGD (no schedule, groups
+    or smoothing), both sides TF32 off (jax_impl's layers ask for HIGHEST precision), bars 1e-4 / 1e-10."""
     import torch
 
     n = min(2, torch.cuda.device_count())

@@ -58,17 +58,21 @@ def test_signal_mid_run_exits_130_with_the_report_so_far(tmp_path, signum):
     assert read_checkpoint(folder / "checkpoint.pt").step == 23 * len(report["epochs"])
 
 
-@pytest.mark.slow  # ~25 s each: a data-parallel `parity run` stopped in its torch twin's or its JAX phase
-@pytest.mark.parametrize(("signum", "group", "phase"), [
-    (signal.SIGTERM, False, "in float64 beside it"),  # a scheduler's SIGTERM to the launcher alone
-    (signal.SIGINT, True, "JAX pmap: step 48/"),  # Ctrl-C: the whole process group, the ranks too
+# torch and its float64 twin train every epoch before JAX starts: 2 epochs reach the twin's phase; stopped in
+# JAX's, 10 epochs (no twin) leave 72 steps after JAX's 48th to be stopped in.
+@pytest.mark.slow  # ~15 s each: a data-parallel `parity run` stopped in its torch twin's or its JAX phase
+@pytest.mark.parametrize(("signum", "group", "phase", "options"), [
+    # a scheduler's SIGTERM to the launcher alone
+    (signal.SIGTERM, False, "in float64 beside it", ["train.epochs=2"]),
+    # Ctrl-C: the whole process group, the ranks too
+    (signal.SIGINT, True, "JAX pmap: step 48/", ["train.epochs=10", "train.floor=false"]),
 ])
-def test_signal_mid_data_parallel_run_exits_130_with_its_whole_epochs(tmp_path, signum, group, phase):
+def test_signal_mid_data_parallel_run_exits_130_with_its_whole_epochs(tmp_path, signum, group, phase, options):
     """The launcher stops at once (it only waits for its ranks), the ranks are ended, and the run folder
     keeps a report marked interrupted: every step to the last epoch every side completed and checkpoint.pt
     there, or, stopped before JAX's first epoch, a report that says there is nothing to resume; never the
     staging folder."""
-    process = _parity_run(tmp_path, "configs/lenet_digits_ddp.yaml", "data.batch_size=64", "train.epochs=40",
+    process = _parity_run(tmp_path, "configs/lenet_digits_ddp.yaml", "data.batch_size=64", *options,
                           start_new_session=True)
     try:
         deadline = time.monotonic() + 240
