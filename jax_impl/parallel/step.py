@@ -175,17 +175,22 @@ def train_step_fn(
     return step if accumulate == 1 else accumulating_step
 
 
-def replicate(tree: Any, devices: list[Any] | None = None, *, copies: int | None = None) -> Any:
+def replicate(tree: Any, devices: list[Any] | None = None, *, copies: int | None = None,
+              axis_name: str = AXIS) -> Any:
     """``tree`` with a leading axis of ``len(devices)`` copies, one on each device (for ``pmap``).
 
     With ``copies``: that many copies stacked on the default device (for :func:`vmap_train_step`).
+    ``axis_name`` names the devices' mesh axis: ``pmap`` returns its outputs sharded over a mesh axis of its
+    ``axis_name``, so a state replicated on the step's axis name is the sharding the step's outputs have,
+    and the second call reuses the first call's compilation instead of compiling again.
     """
     if copies is not None:
         if devices is not None:
             raise ValueError("give devices (pmap) or copies (vmap), not both")
         return jax.tree.map(lambda v: jnp.broadcast_to(v, (copies, *jnp.shape(v))).copy(), tree)
     devices = list(devices or jax.local_devices())
-    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("replicas",)), jax.sharding.PartitionSpec("replicas"))
+    mesh = jax.sharding.Mesh(devices, (axis_name,))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis_name))
     return jax.tree.map(lambda v: jax.device_put(jnp.broadcast_to(v, (len(devices), *jnp.shape(v))), sharding), tree)
 
 

@@ -28,3 +28,23 @@ def test_accumulate_takes_one_to_k_micro_batches() -> None:
     assert loss.shape == (2,) and np.isfinite(np.asarray(loss)).all()
     with pytest.raises(ValueError, match="expected 1 to 2 micro-batches, got 3"):
         step(state, [(x, y)] * 3)
+
+
+def test_a_replicated_state_is_the_pmap_steps_own_sharding(caplog) -> None:
+    """``replicate`` puts the state on a mesh axis of the step's ``axis_name``, the sharding ``pmap`` gives its
+    outputs: the second step takes the first step's output state and reuses its compilation (on a mesh axis of
+    another name it compiled twice)."""
+    import logging
+
+    import jax
+
+    tx = optim.sgd(lr=0.1)
+    graphdef, state = parallel.init_train_state(_Net(), tx)
+    step = parallel.pmap_train_step(graphdef, nn.CrossEntropyLoss(), tx)
+    state = parallel.replicate(state)
+    x, y = np.ones((1, 4, 3), np.float32), np.zeros((1, 4), np.int32)
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax"):
+        for _ in range(3):
+            state, loss = step(state, x, y)
+    compiles = [r for r in caplog.records if "Compiling" in r.getMessage() and "float32[1,4,3]" in r.getMessage()]
+    assert len(compiles) == 1, [r.getMessage() for r in compiles]
