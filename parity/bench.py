@@ -195,7 +195,8 @@ def _section_train_step(data: dict[str, Any]) -> list[str]:
                          f"{rate('infer', 'torch'):.0f} | {rate('infer', 'jax'):.0f} |")
     memory = {name: res["memory"] for name, res in data["cases"].items() if "memory" in res}
     if memory:
-        lines += ["", "Memory of a train step, in MiB, each framework in a fresh process: the growth of the peak "
+        when = f" (measured {data['memory_measured'][:16]})" if data.get("memory_measured") else ""
+        lines += ["", f"Memory of a train step{when}, in MiB, each framework in a fresh process: the growth of the peak "
                   "RSS over the first three steps (JAX's includes compiling the step, torch's its first-call "
                   "allocations), the bytes torch's autograd saves for backward in one step (the activations "
                   "the batch size drives), and XLA's scratch space for the compiled step (its counterpart).", "",
