@@ -98,6 +98,7 @@ def test_unreadable_or_foreign_checkpoints_exit_2(tmp_path, capsys, finished, co
     assert str(path) in _one_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow  # ~5 s: two resumed runs (the default tier keeps the refusals of unreadable checkpoints)
 def test_changed_hyperparameter_is_refused_unless_allowed(tmp_path, capsys, finished):
     checkpoint = _copy(finished[1], tmp_path)
     assert _resume(tmp_path, checkpoint, "optimizer.lr=0.001") == 2
@@ -140,6 +141,7 @@ def test_resume_continues_the_run_folder(tmp_path, finished):
     assert read_checkpoint(folder / "checkpoint.pt").step == 12
 
 
+@pytest.mark.slow  # ~6 s: a run whose second checkpoint write fails
 def test_disk_full_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
     """ENOSPC on the second checkpoint: exit 2 naming the path, no temporary file, the first checkpoint intact."""
     real = parity.files.os.fsync

@@ -88,6 +88,7 @@ def test_shipped_configs_agree_over_their_first_steps(config, tmp_path):
     assert report.passed, report.message
 
 
+@pytest.mark.slow  # ~4 s: a run made to diverge
 def test_divergence_names_step_and_layer(tmp_path, monkeypatch):
     """A JAX side that is deliberately wrong (fc3 bias nudged after conversion) is caught and located."""
     import parity.models as PM

@@ -15,6 +15,7 @@ from parity.experiment import run_experiment
 SMALL = "model.kwargs={c1: 4, c2: 8, hidden: 16, image_size: 28}"  # the example's layers, narrower: seconds
 
 
+@pytest.mark.slow  # ~12 s: a float32 run beside its float64 twin; test_python_objects_and_arrays is the default tier's user-model run
 def test_config_names_model_and_data_by_import_path(tmp_path):
     """configs/mnist_example.yaml: the MNIST example's network with its two dropouts (torch's masks on both
     sides), Adadelta, StepLR, NLLLoss, float64, on digits upscaled to 28x28 by a user loader: the first epoch
