@@ -275,6 +275,11 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
         loops = ["-" if run[k] is None else f"{run[k]:.2f}" for k in ("torch_loop_s", "jax_loop_s")]
         lines.append(f"| {way} | {res['median_wall_s']:.1f} | {loops[0]} | {loops[1]} |")
     lines += ["", f"Ratio torch-only wall / JAX-only wall: {data['ratio']:.2f}."]
+    if "cold_wall_s" in data:
+        imports = ", ".join(f"`import {m}` {s:.2f} s" for m, s in data.get("import_s", {}).items())
+        lines += ["", f"Time to first result (the full comparison, a fresh process): {data['cold_wall_s']:.1f} s with "
+                  f"an empty compilation cache, {data['warm_wall_s']:.1f} s with the cache the first run filled "
+                  f"(targets 10 s and 6 s). A fresh interpreter's imports: {imports}."]
     return lines
 
 
