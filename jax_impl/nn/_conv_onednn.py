@@ -31,7 +31,7 @@ from jax_impl import _onednn, _xla_ffi
 from jax_impl.nn import _conv_xla
 from jax_impl.nn._materialize import results_in_memory
 
-__all__ = ["conv2d", "conv2d_nhwc", "registered"]
+__all__ = ["conv2d", "conv2d_input_grad", "conv2d_nhwc", "registered"]
 
 _TARGETS = {"forward": "jax_impl_onednn_conv2d", "input_grad": "jax_impl_onednn_conv2d_input_grad",
             "weight_grad": "jax_impl_onednn_conv2d_weight_grad", "forward_nhwc": "jax_impl_onednn_conv2d_nhwc"}
@@ -172,6 +172,17 @@ def conv2d(x, w, stride, pads, dilation):
     geometry = _checked_geometry(stride, pads, dilation)
     out = _conv_xla.out_size(x.shape, w.shape, stride, pads, dilation)
     return _bind(_forward, x, w, geometry, (x.shape[0], w.shape[0], *out))
+
+
+def conv2d_input_grad(g, w, x_shape, stride, pads, dilation):
+    """The input gradient of ``conv(x, w)`` for an output gradient ``g``, ``x`` of shape ``x_shape``: torch's
+    transposed conv of ``g`` with ``w`` (oneDNN's backward-data, as torch's deconvolution runs it), its
+    derivatives oneDNN's forward conv (in ``g``) and weight gradient (in ``w``).
+
+    Needs oneDNN (:func:`registered`) and the CPU backend.
+    """
+    geometry = _checked_geometry(stride, pads, dilation)
+    return _bind(_input_grad, g, w, geometry, tuple(x_shape))
 
 
 def conv2d_nhwc(z, w, stride, pads, dilation):

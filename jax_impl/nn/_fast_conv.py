@@ -46,9 +46,10 @@ from jax_impl.nn import _conv_grads as grads
 from jax_impl.nn import _conv_xla as xla
 
 __all__ = [
-    "ROUTES", "ConvGeometry", "Route", "conv2d_core", "route_for", "takes_block_dw", "takes_direct", "takes_gemm",
-    "takes_gemm_forward", "takes_onednn", "takes_onednn_channels_last", "takes_packed_dx", "takes_phase_dw",
-    "takes_pointwise", "takes_ynn_free",
+    "ROUTES", "ConvGeometry", "Route", "conv2d_core", "conv_transpose2d_core", "route_for", "takes_block_dw",
+    "takes_direct", "takes_gemm", "takes_gemm_forward", "takes_onednn", "takes_onednn_channels_last",
+    "takes_onednn_transpose", "takes_packed_dx", "takes_phase_dw", "takes_pointwise", "takes_ynn_free",
+    "transpose_geometry",
 ]
 
 
@@ -346,3 +347,45 @@ def conv2d_core(x, w, stride: tuple[int, int], pads, dilation: tuple[int, int]):
     geometry = ConvGeometry.of(x.shape, w.shape, stride, pads, dilation, jax.numpy.result_type(x, w))
     route = route_for(geometry, traced=isinstance(x, jax.core.Tracer))
     return route.conv(x, w, geometry.stride, geometry.pads, geometry.dilation)
+
+
+# ----------------------------------------------------------------------------- transposed convolution
+
+
+def transpose_geometry(x_shape, w_shape, stride, padding, output_padding, dilation, dtype="float32") -> ConvGeometry:
+    """The forward conv whose input gradient a 2-D transposed conv is.
+
+    A transposed conv of ``x`` (``(N, C_in, H, W)``) with torch's weight ``(C_in, C_out, kH, kW)`` is the
+    adjoint of the conv from its output (``(N, C_out, H_out, W_out)``) to ``x``'s shape, whose OIHW weight is
+    that same array. Its pads are torch's ``padding`` low and ``padding - output_padding`` high, as torch
+    hands them to oneDNN's deconvolution (``mkldnn/Conv.cpp``, ``padding_r``): the output-padding rows then
+    lie beyond the forward conv's last window, and its output size is exactly ``(H, W)``.
+    """
+    out = [(n - 1) * s - 2 * p + d * (k - 1) + 1 + op
+           for n, s, p, d, k, op in zip(x_shape[2:], stride, padding, dilation, w_shape[2:], output_padding)]
+    pads = [(p, p - op) for p, op in zip(padding, output_padding)]
+    return ConvGeometry.of((x_shape[0], w_shape[1], *out), w_shape, stride, pads, dilation, dtype)
+
+
+def takes_onednn_transpose(g: ConvGeometry) -> bool:
+    """oneDNN's backward-data kernel for a transposed conv (``g`` from :func:`transpose_geometry`): float32
+    on the CPU backend with oneDNN enabled, at least ``2**22`` multiply-adds, and ``output_padding`` smaller
+    than the stride (the high pad above ``-stride``, as oneDNN requires).
+
+    XLA's transposed conv is its convolution over the stride-dilated input (``lhs_dilation``): at stride 2,
+    three quarters of its multiplications are by the inserted zeros, and jax's input and weight gradients
+    of it are dilated the same way. oneDNN's backward-data kernel (torch's deconvolution on the CPU) skips
+    them, and its derivatives are oneDNN's forward conv and weight gradient.
+    """
+    return _onednn_sized(g) and all(hi > -s for (_, hi), s in zip(g.pads, g.stride))
+
+
+def conv_transpose2d_core(x, w, stride, padding, output_padding, dilation):
+    """The 2-D, ungrouped transposed conv of ``jax_impl.nn.functional`` (no bias; torch's weight layout) by
+    oneDNN when :func:`takes_onednn_transpose` holds; ``None`` where it does not (the caller runs XLA's)."""
+    g = transpose_geometry(x.shape, w.shape, stride, padding, output_padding, dilation, jax.numpy.result_type(x, w))
+    if not takes_onednn_transpose(g):
+        return None
+    from jax_impl.nn import _conv_onednn  # imports jax's AD internals: only when the route is taken
+
+    return _conv_onednn.conv2d_input_grad(x, w, g.x_shape, g.stride, g.pads, g.dilation)

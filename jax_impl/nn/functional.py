@@ -19,7 +19,7 @@ from jax_impl import amp
 from jax_impl.nn import _gemm, _precision
 from jax_impl.nn import _max_pool as _max_pool_impl
 from jax_impl.nn import _pool_indices
-from jax_impl.nn._fast_conv import conv2d_core
+from jax_impl.nn._fast_conv import conv2d_core, conv_transpose2d_core
 from jax_impl.nn._functional_activation import (  # noqa: F401  (re-exported: torch.nn.functional names)
     celu,
     elu,
@@ -226,6 +226,12 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
         (d * (k - 1) - p, d * (k - 1) - p + op)
         for k, p, op, d in zip(kernel, padding, output_padding, dilation)
     ]
+    if nd == 2 and groups == 1 and x.dtype == weight.dtype and not _gemm.one_rounding(x, weight):
+        # oneDNN's backward-data kernel where it applies (jax_impl/nn/_fast_conv.py): no products by zeros.
+        y = conv_transpose2d_core(x, weight, stride, padding, output_padding, dilation)
+        if y is not None:
+            y = _add_bias(y, bias, nd)
+            return y[0] if unbatched else y
     conv = functools.partial(
         lax.conv_general_dilated, window_strides=(1,) * nd, padding=pads, lhs_dilation=stride,
         rhs_dilation=dilation, dimension_numbers=_DIMENSION_NUMBERS[nd], feature_group_count=groups,

@@ -388,3 +388,92 @@ def test_a_failing_part_fails_the_call_after_every_part_has_run():
     with pytest.raises(ValueError, match="part"):
         conv._parallel(calls)
     assert finished == [own]
+
+
+def _transpose_cases(count: int, seed: int):
+    """Seeded transposed-conv shapes big enough for the route (``2**22`` multiply-adds)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        k, s, d = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        p, op = int(rng.integers(0, 3)), int(rng.integers(0, s))
+        if op >= s and op >= d:
+            continue
+        h = int(rng.integers(2, 14))
+        c_in, c_out = int(rng.integers(8, 65)), int(rng.integers(1, 33))
+        n = max(1, -(-(1 << 22) // (h * h * c_in * c_out * k * k)))
+        if (h - 1) * s - 2 * p + d * (k - 1) + 1 + op >= 1 and n <= 256:
+            out.append((n, c_in, c_out, h, k, s, p, op, d))
+    return out
+
+
+# (N, C_in, C_out, H = W, k, stride, padding, output_padding, dilation)
+_TRANSPOSE = [
+    (32, 100, 256, 1, 4, 1, 0, 0, 1),   # the DCGAN example's generator at 32x32: the latent's 4x4 ...
+    (32, 256, 128, 4, 4, 2, 1, 0, 1),   # ... the doubling blocks ...
+    (32, 64, 3, 16, 4, 2, 1, 0, 1),     # ... and the RGB output
+    (256, 32, 16, 9, 3, 2, 0, 1, 1),    # output_padding above padding: a negative high pad for oneDNN
+    *_transpose_cases(10, 4),
+]
+
+
+@pytest.mark.parametrize("case", _TRANSPOSE, ids=[f"t{i}" for i in range(len(_TRANSPOSE))])
+def test_conv_transpose2d_runs_backward_data_and_matches_torch(case):
+    """``F.conv_transpose2d`` in float32 runs oneDNN's backward-data kernel (torch's CPU deconvolution),
+    its gradients oneDNN's forward conv and weight gradient, under jit. Measured on these 14 cases: the
+    input gradient bit for bit torch's on all, the output on 12 (at most 5.4e-7 of the largest magnitude
+    on the others, where the two oneDNN releases pick other kernels), the weight gradient (summed in a
+    chunk per core here, by one OpenMP team in torch) on 6 (at most 1.2e-6). Bound 1e-5, the route's;
+    the DCGAN shapes' output and input gradient exactly."""
+    n, c_in, c_out, h, k, s, p, op, d = case
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    x = rng.standard_normal((n, c_in, h, h), dtype=np.float32)
+    w = rng.standard_normal((c_in, c_out, k, k), dtype=np.float32)
+    b = rng.standard_normal(c_out, dtype=np.float32)
+    g = FC.transpose_geometry(x.shape, w.shape, (s, s), (p, p), (op, op), (d, d))
+    assert FC.takes_onednn_transpose(g)
+    fn = jax.jit(lambda a, kk, c: F.conv_transpose2d(a, kk, c, s, p, op, 1, d))
+    assert "jax_impl_onednn_conv2d_input_grad" in fn.lower(x, w, b).as_text()
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    ty = TF.conv_transpose2d(tx, tw, torch.from_numpy(b), s, p, op, 1, d)
+    ct = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
+    ty.backward(torch.from_numpy(ct))
+    y, vjp = jax.vjp(fn, jnp.asarray(x), jnp.asarray(w), jnp.asarray(b))
+    dx, dw, _ = jax.jit(vjp)(jnp.asarray(ct))
+    exact = case in _TRANSPOSE[:3]
+    for i, (ours, ref) in enumerate(zip((y, dx, dw), (ty.detach(), tx.grad, tw.grad))):
+        ours, ref = np.asarray(ours), ref.numpy()
+        assert ours.shape == ref.shape
+        if exact and i < 2:
+            np.testing.assert_array_equal(ours, ref)
+        assert np.abs(ours - ref).max() <= 1e-5 * max(np.abs(ref).max(), 1e-30)
+
+
+def test_conv_transpose2d_higher_order_and_vmap_match_xla():
+    """jvp, a gradient of a gradient and vmap through the transposed conv's oneDNN route, against XLA's
+    transposed conv (``mkldnn`` disabled: the stride-dilated convolution). Measured at most 1.2e-6 (the
+    second-order gradient, four convs chained), bound 1e-5."""
+    s, p, op, d = 2, 1, 1, 1
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.standard_normal((64, 16, 8, 8), dtype=np.float32))
+    w = jnp.asarray(rng.standard_normal((16, 8, 3, 3), dtype=np.float32))
+    tx, tw = (jnp.asarray(rng.standard_normal(a.shape, dtype=np.float32)) for a in (x, w))
+    conv = lambda a, b: F.conv_transpose2d(a, b, None, s, p, op, 1, d)  # noqa: E731
+
+    def results():  # a new function each call: jit's cache does not see mkldnn's flag
+        def run():
+            jvp = jax.jvp(conv, (x, w), (tx, tw))[1]
+            second = jax.grad(lambda k: jnp.sum(jax.grad(lambda a: jnp.sum(conv(a, k) ** 2))(x) ** 2))(w)
+            batched = jax.vmap(lambda a: conv(a, w))(jnp.stack([x[:32], x[32:]]))
+            return jvp, second, batched
+
+        return jax.jit(run)
+
+    assert "onednn" in results().lower().as_text()
+    ours = results()()
+    with mkldnn.flags(enabled=False):
+        assert "onednn" not in results().lower().as_text()
+        refs = results()()
+    for a, b in zip(ours, refs):
+        a, b = np.asarray(a), np.asarray(b)
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), np.abs(a - b).max() / np.abs(b).max()
