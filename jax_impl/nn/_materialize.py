@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["computed_once", "kept_in_memory", "results_in_memory", "runtime_false"]
+__all__ = ["computed_once", "cotangent_kept_in_memory", "kept_in_memory", "results_in_memory", "runtime_false"]
 
 # Primitives whose results are buffers written by the primitive itself, never fused.
 _IN_MEMORY: set[Any] = set()
@@ -81,3 +81,30 @@ def kept_in_memory(x: jax.Array) -> jax.Array:
     if not isinstance(x, jax.core.Tracer) or jax.default_backend() != "cpu":
         return x
     return _kept(x)
+
+
+@jax.custom_jvp
+def _cotangent_kept(x: jax.Array) -> jax.Array:
+    return x
+
+
+@_cotangent_kept.defjvp
+def _cotangent_kept_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    # The primal passes through; the tangent goes through a cond (its predicate from the primal), whose
+    # transpose is a cond that keeps the cotangent in memory.
+    return x, computed_once(lambda b: b, x, t)
+
+
+def cotangent_kept_in_memory(x: jax.Array) -> jax.Array:
+    """``x`` unchanged, its cotangent materialized once under reverse mode (traced, CPU only).
+
+    For a value read by several branches whose cotangents add up, such as a residual stream
+    (``x = x + f(norm(x))``): the sum of the branches' cotangents is an ``add`` XLA fuses into each of
+    its consumers, and the next block's sum reads it, so a stack of blocks recomputes every deeper block's
+    sums in each of its fusions (a cost that grows with the square of the depth). Kept in memory at each
+    block's input, each sum is computed once.
+    """
+    if not isinstance(x, jax.core.Tracer) or jax.default_backend() != "cpu":
+        return x
+    return _cotangent_kept(x)

@@ -3,7 +3,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from jax_impl.nn import _materialize
 from jax_impl.nn._materialize import computed_once, runtime_false
 
 
@@ -61,3 +63,37 @@ def test_kept_in_memory_passes_a_custom_calls_result_through():
         assert ("conditional(" in step.lower(x, w, conv).compile().as_text()) is copies
         for got, want in zip(step(x, w, conv), (tx.grad, tw.grad)):
             np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _compiled_adds(depth: int) -> int:
+    """Elementwise ``add`` instructions in the compiled gradient of a pre-norm encoder stack."""
+    import re
+
+    from flax import nnx
+
+    import jax_impl.nn as jnn
+
+    layer = jnn.TransformerEncoderLayer(32, 2, 64, 0.0, batch_first=True, norm_first=True)
+    graphdef, state = nnx.split(jnn.TransformerEncoder(layer, depth, enable_nested_tensor=False))
+    grad = jax.jit(jax.grad(lambda s, x: jnp.sum(nnx.merge(graphdef, s)(x) ** 2)))
+    text = grad.lower(state, jnp.ones((2, 8, 32))).compile().as_text()
+    return sum(1 for line in text.splitlines() if re.search(r"= f32\[[\d,]+\]\{[\d,]+\} add\(", line))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="an XLA:CPU fusion property")
+def test_a_residual_streams_cotangent_is_summed_once_per_layer():
+    """A pre-norm stack's residual cotangents are kept in memory at each layer, so its compiled gradient
+    grows linearly with the depth. Measured: 142 adds at depth 4 and 290 at 8 (472 and 1752 without, XLA
+    fusing every deeper layer's sums into each layer's fusions); bound: doubling the depth at most
+    2.2x the adds."""
+    assert _compiled_adds(8) <= 2.2 * _compiled_adds(4)
+
+
+def test_cotangent_kept_in_memory_is_the_identity_for_values_and_derivatives():
+    x = jnp.arange(6.0).reshape(2, 3)
+    f = lambda a: jnp.sum(jnp.sin(_materialize.cotangent_kept_in_memory(a)) * a)  # noqa: E731
+    g = lambda a: jnp.sum(jnp.sin(a) * a)  # noqa: E731
+    np.testing.assert_array_equal(jax.jit(jax.grad(f))(x), jax.jit(jax.grad(g))(x))
+    np.testing.assert_array_equal(jax.jit(lambda a: jax.jvp(f, (a,), (jnp.ones_like(a),))[1])(x),
+                                  jax.jit(lambda a: jax.jvp(g, (a,), (jnp.ones_like(a),))[1])(x))
+    np.testing.assert_array_equal(jax.jit(jax.vmap(jax.grad(f)))(x), jax.jit(jax.vmap(jax.grad(g)))(x))

@@ -31,6 +31,7 @@ from flax import nnx
 
 from jax_impl.nn import functional as F
 from jax_impl.nn import init
+from jax_impl.nn._materialize import cotangent_kept_in_memory
 from jax_impl.nn.modules._utils import factory_dtype, init_key
 from jax_impl.nn.modules.attention import MultiheadAttention
 from jax_impl.nn.modules.container import ModuleList, Sequential
@@ -117,7 +118,11 @@ class TransformerEncoderLayer(_FeedForwardLayer):
             return self._attend(self.self_attn, y, y, src_mask, src_key_padding_mask, is_causal, self.dropout1)
 
         if self.norm_first:
+            # Each residual's input keeps its cotangent in memory: XLA:CPU would otherwise recompute the
+            # sums of every deeper layer's cotangents inside each layer's gradient fusions.
+            x = cotangent_kept_in_memory(x)
             x = x + sa(self.norm1(x))
+            x = cotangent_kept_in_memory(x)
             x = x + self._ff_block(self.norm2(x), self.dropout2)
         else:
             x = self.norm1(x + sa(x))
@@ -164,8 +169,11 @@ class TransformerDecoderLayer(_FeedForwardLayer):
                                 memory_is_causal, self.dropout2)
 
         if self.norm_first:
+            x = cotangent_kept_in_memory(x)  # as in TransformerEncoderLayer
             x = x + sa(self.norm1(x))
+            x = cotangent_kept_in_memory(x)
             x = x + mha(self.norm2(x))
+            x = cotangent_kept_in_memory(x)
             x = x + self._ff_block(self.norm3(x), self.dropout3)
         else:
             x = self.norm1(x + sa(x))
