@@ -57,8 +57,15 @@ def runtime_zero(count: jax.Array) -> jax.Array:
 
 
 def runtime_zero_of(x: jax.Array) -> jax.Array:
-    """An int32 zero computed from ``x``'s values, for code without a step count: ``count(isnan(x)) >> 31``."""
-    return lax.shift_right_arithmetic(jnp.sum(jnp.isnan(x), dtype=jnp.int32), jnp.int32(31))
+    """An int32 zero computed from ``x``'s values, for code without a step count: ``count(isnan(x[:8])) >> 31``.
+
+    The count is over the first 8 elements: over the whole array it would cost a pass over it at every
+    call, and over one element XLA turns the sum into the element itself and folds the shift of a 0-or-1
+    to zero (and then the XOR of :func:`rounded`).
+    """
+    flat = jnp.reshape(x, (-1,))
+    head = lax.slice(flat, (0,), (min(flat.shape[0], 8),))
+    return lax.shift_right_arithmetic(jnp.sum(jnp.isnan(head), dtype=jnp.int32), jnp.int32(31))
 
 
 @jax.custom_jvp
