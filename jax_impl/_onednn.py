@@ -1,4 +1,4 @@
-"""oneDNN's 2-D convolution (the library behind ``torch.backends.mkldnn``) through its C API and ctypes.
+"""oneDNN's 2-D convolution and matmul (the library behind ``torch.backends.mkldnn``) through its C API and ctypes.
 
 torch's CPU ``conv2d`` runs oneDNN (``aten/src/ATen/native/mkldnn/Conv.cpp``):
 the primitive is created with ``format_tag::any`` for its source, weights and
@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Convolution", "available", "convolution", "library", "workers"]
+__all__ = ["Convolution", "Matmul", "available", "convolution", "library", "matmul", "workers"]
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(_P)
@@ -65,6 +65,7 @@ _SIGNATURES = {
     "dnnl_convolution_backward_data_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 9,
     "dnnl_convolution_backward_weights_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 10,
     "dnnl_reorder_primitive_desc_create": [_PP, _P, _P, _P, _P, _P],
+    "dnnl_matmul_primitive_desc_create": [_PP, _P, _P, _P, _P, _P, _P],
     "dnnl_primitive_desc_query_md": [_P, ctypes.c_int, ctypes.c_int],
     "dnnl_primitive_desc_query": [_P, ctypes.c_int, ctypes.c_int, _P],
     "dnnl_primitive_create": [_PP, _P],
@@ -513,6 +514,33 @@ def _run_here(fn: Callable, *args) -> None:
         lib.omp_set_num_threads(before)
 
 
+# Every oneDNN call of the process: XLA may run two custom calls at once on its two threads, and each
+# call already uses every core (one part per lane).
+_CALLS = threading.Lock()
+
+
+def _run_parts(calls, then: Callable[[], None] | None = None) -> None:
+    """Run ``calls`` (``(fn, *args)``, one per part), part ``i`` on lane ``i``, under :data:`_CALLS`.
+
+    The calling XLA thread runs the part of the core it is on (:func:`_own_part`) and sleeps for the rest:
+    one hand-over, and one wake-up, fewer per call than all parts on lanes. ``then`` reads what the parts
+    wrote into the caller's own buffers, so it runs under the lock too: a second caller (another device of
+    this process) would overwrite them.
+    """
+    with _CALLS:
+        own = _own_part(len(calls))
+        jobs = [_on_lane(i, *call) for i, call in enumerate(calls) if i != own]
+        try:
+            _run_here(*calls[own])
+        finally:
+            for job in jobs:
+                job.wait()  # every lane done before the lock is let go, even on an error
+        for job in jobs:
+            job.result()
+        if then is not None:
+            then()
+
+
 # oneDNN's AVX-512 kernels block channels by 16: a channel split keeps every part a multiple of it.
 _CHANNEL_BLOCK = 16
 
@@ -568,7 +596,7 @@ class Convolution:
     dimensions), which oneDNN reads and writes in place.
     """
 
-    _lock = threading.Lock()
+    _lock = _CALLS
 
     def __init__(self, x_shape, w_shape, stride, pads, dilation, channels_last: bool = False) -> None:
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
@@ -620,22 +648,7 @@ class Convolution:
         return tuple(names)
 
     def _parallel(self, calls, then: Callable[[], None] | None = None) -> None:
-        # The calling XLA thread runs the part of the core it is on (`_own_part`) and sleeps for the rest:
-        # one hand-over, and one wake-up, fewer per call than all parts on lanes. `then` reads what the
-        # parts wrote into this object's own buffers, so it runs under the lock too: a second caller
-        # (another device of this process) would overwrite them.
-        with self._lock:
-            own = _own_part(len(calls))
-            jobs = [_on_lane(i, *call) for i, call in enumerate(calls) if i != own]
-            try:
-                _run_here(*calls[own])
-            finally:
-                for job in jobs:
-                    job.wait()  # every lane done before the lock is let go, even on an error
-            for job in jobs:
-                job.result()
-            if then is not None:
-                then()
+        _run_parts(calls, then)
 
     def _run(self, step: str, a: int, b: int, out: int) -> None:
         self._parallel([(k.run, step, a + da, b + db, out + do) for k, da, db, do in self._plans[step]])
@@ -670,3 +683,77 @@ def convolution(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tupl
                 channels_last: bool = False) -> Convolution:
     """The cached :class:`Convolution` of a geometry (its primitives are created once)."""
     return Convolution(x_shape, w_shape, stride, pads, dilation, channels_last)
+
+
+def _strided_desc(shape: Sequence[int], strides: Sequence[int]) -> _P:
+    md = _P()
+    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(shape), _dims(shape), _F32,
+                                                          _dims(strides)), "memory descriptor")
+    return md
+
+
+class _MatmulKernel:
+    """One oneDNN matmul primitive, ``C = A @ B`` on 2-D float32 views given by their strides, for one lane."""
+
+    def __init__(self, m: int, k: int, n: int, a_strides, b_strides, c_strides) -> None:
+        lib, (engine, _) = library(), _engine()
+        descs = (_strided_desc((m, k), a_strides), _strided_desc((k, n), b_strides), _strided_desc((m, n), c_strides))
+        self.pd = _P()
+        _check(lib.dnnl_matmul_primitive_desc_create(ctypes.byref(self.pd), engine, descs[0], descs[1], None,
+                                                     descs[2], _user_scratchpad()), "matmul")
+        self._memories = [_memory(d, _P(0)) for d in descs]
+        self._execute = _Primitive(self.pd).bound(list(zip((_ARG_SRC, _ARG_WEIGHTS, _ARG_DST), self._memories)))
+
+    def run(self, a: int, b: int, c: int) -> None:
+        quick = _quick()
+        for memory, address in zip(self._memories, (a, b, c)):
+            quick.dnnl_memory_set_data_handle(memory, _P(address))
+        self._execute()
+        quick.dnnl_stream_wait(_engine()[1])
+
+
+# oneDNN's AVX-512 matmul kernels block the output's columns by 16: a column split keeps parts a multiple of it.
+_COLUMN_BLOCK = 16
+
+
+class Matmul:
+    """``C = op(A) @ op(B)`` for C-order float32 arrays, as torch's CPU ``mm`` computes it.
+
+    ``op(A)`` is ``(M, K)``: ``A`` stored ``(M, K)``, or ``(K, M)`` with ``transpose_a``; ``op(B)`` is
+    ``(K, N)``: ``B`` stored ``(K, N)``, or ``(N, K)`` with ``transpose_b``; ``C`` is ``(M, N)``. The
+    transposes are strides of oneDNN's memory descriptors (no copy). The work is cut into one part per
+    core along the longer of ``C``'s two sides (rows, or columns in runs of 16), each part a matmul
+    with whole sums over ``K`` run by oneDNN on one thread (the lanes of :class:`Convolution`).
+    """
+
+    def __init__(self, m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> None:
+        self.shape = (m, k, n)
+        a_strides = (1, m) if transpose_a else (k, 1)
+        b_strides = (1, k) if transpose_b else (n, 1)
+        a_row, b_column = 4 * (1 if transpose_a else k), 4 * (k if transpose_b else 1)  # bytes per step
+        if m >= n:
+            parts = _bounds(m, max(1, min(workers(), m)))
+            plan = [(size, n, lo * a_row, 0, 4 * lo * n) for lo, size in parts]  # rows of op(A) and C
+        else:
+            parts = _bounds(n, max(1, min(workers(), n // _COLUMN_BLOCK)), _COLUMN_BLOCK)
+            plan = [(m, size, 0, lo * b_column, 4 * lo) for lo, size in parts]  # columns of op(B) and C
+        self._plan = []
+        for i, (rows, cols, da, db, dc) in enumerate(plan):
+            kernel = _on_lane(i, _MatmulKernel, rows, k, cols, a_strides, b_strides, (n, 1)).result()
+            self._plan.append((kernel, da, db, dc))
+
+    def implementation(self) -> str:
+        """oneDNN's name of the kernel it chose (``brg:avx512_core``, ...)."""
+        s = ctypes.c_char_p()
+        library().dnnl_primitive_desc_query(self._plan[0][0].pd, _QUERY_IMPL_INFO_STR, 0, ctypes.byref(s))
+        return s.value.decode()
+
+    def __call__(self, a: int, b: int, c: int) -> None:
+        """Write ``op(A) @ op(B)`` at address ``c`` from the arrays at ``a`` and ``b``."""
+        _run_parts([(kernel.run, a + da, b + db, c + dc) for kernel, da, db, dc in self._plan])
+
+
+@functools.lru_cache(maxsize=512)
+def matmul(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> Matmul:
+    """The cached :class:`Matmul` of a shape (its primitives are created once)."""
+    return Matmul(m, k, n, transpose_a, transpose_b)

@@ -1,12 +1,14 @@
-"""``torch.backends.mkldnn``: whether float32 2-D convolutions on the CPU run oneDNN, as torch's do.
+"""``torch.backends.mkldnn``: whether float32 2-D convolutions (and large linear layers) on the CPU run oneDNN.
 
 torch's CPU ``conv2d`` runs oneDNN (formerly MKL-DNN) unless
 ``torch.backends.mkldnn.enabled`` is ``False``. jax_impl's convolutions do
 the same when the ``onednn-cpu-gomp`` wheel is installed (a dependency on
 Linux x86-64): the forward and both gradients become XLA custom calls into
 oneDNN's kernels (``jax_impl/nn/_conv_onednn.py``), for the convs large
-enough to pay for a call (``jax_impl.nn._fast_conv.takes_onednn``). Off, or
-where oneDNN is absent, XLA's own convolution runs. The choice is read when
+enough to pay for a call (``jax_impl.nn._fast_conv.takes_onednn``). A float32
+``linear`` of at least ``2**28`` multiply-adds runs oneDNN's matmul, forward and
+gradients (``jax_impl.nn._gemm.takes_onednn_matmul``). Off, or where oneDNN is
+absent, XLA's own convolutions and dots run. The choice is read when
 a function is traced, so a jitted function keeps the one it was traced with.
 
 ``JAX_IMPL_MKLDNN=0`` in the environment turns it off for the process.
@@ -35,9 +37,9 @@ enabled: bool = True
 
 def is_available() -> bool:
     """Whether oneDNN is installed, loads, and its custom calls are registered with XLA (imports jax)."""
-    from jax_impl.nn import _conv_onednn
+    from jax_impl.nn import _conv_onednn, _matmul_onednn
 
-    return _conv_onednn.registered()
+    return _conv_onednn.registered() and _matmul_onednn.registered()
 
 
 def is_enabled() -> bool:

@@ -27,7 +27,7 @@ from jax import lax
 from jax_impl.nn import _precision
 from jax_impl.nn._conv_xla import bilinear_jvp
 
-__all__ = ["bf16_product", "bias_rounded", "linear", "matmul", "one_rounding"]
+__all__ = ["bf16_product", "bias_rounded", "linear", "matmul", "one_rounding", "takes_onednn_matmul"]
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -105,5 +105,37 @@ def linear(x, weight, bias):
                                 lambda p, q: jnp.matmul(p, q.T, precision=_HIGHEST))
         y = product(x, weight)
         return (y if bias is None else y + bias.astype(jnp.float32)).astype(x.dtype)
-    y = jnp.matmul(x, weight.T, precision=_precision.matmul(jnp.result_type(x, weight)))
+    if takes_onednn_matmul(x, weight):
+        from jax_impl.nn import _matmul_onednn  # imports jax's AD internals: only when the route is taken
+
+        k, n = x.shape[-1], weight.shape[0]
+        y = _matmul_onednn.matmul(x.reshape(-1, k), weight, transpose_b=True).reshape(*x.shape[:-1], n)
+    else:
+        y = jnp.matmul(x, weight.T, precision=_precision.matmul(jnp.result_type(x, weight)))
     return y if bias is None else y + bias
+
+
+# From this many multiply-adds up oneDNN's matmul measured faster inside a train step (an LSTM LM's
+# 10,000-word decoder, a ViT's MLP); below it the custom call's fixed price (its Python handler and the
+# hand-over to the second core, about 70 microseconds) and its competing with XLA's concurrent ops for
+# the cores cost about what its faster kernel saves (transformer steps measured no faster at 2**24).
+_ONEDNN_MIN_MACS = 1 << 28
+
+
+def takes_onednn_matmul(x, weight) -> bool:
+    """Whether ``x @ weight.T`` runs oneDNN's matmul (:mod:`~jax_impl.nn._matmul_onednn`), torch's CPU GEMM
+    kernel: float32 operands on the CPU backend, ``jax_impl.backends.mkldnn`` enabled, ``x`` at least 1-D and
+    ``weight`` 2-D, at least ``2**28`` multiply-adds, under a trace (run eagerly, the custom call's own
+    compile would cost more than it saves).
+
+    XLA:CPU's dots run a transformer's linear layers at 60-80% of torch's GEMM speed and their weight
+    gradients at about half; oneDNN's kernels run them at torch's, and for most shapes sum as torch's
+    ``mm`` does (bit for bit).
+    """
+    from jax_impl.backends import mkldnn
+
+    if (x.dtype != jnp.float32 or weight.dtype != jnp.float32 or weight.ndim != 2 or x.ndim < 1
+            or not isinstance(x, jax.core.Tracer) or jax.default_backend() != "cpu"):
+        return False
+    rows = x.size // x.shape[-1] if x.shape[-1] else 0
+    return rows * weight.shape[0] * weight.shape[1] >= _ONEDNN_MIN_MACS and mkldnn.is_enabled()
