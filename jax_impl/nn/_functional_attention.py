@@ -199,12 +199,17 @@ def multi_head_attention_forward(
       ``(attn_output, attn_weights)``: ``(L, N, E)`` (``(L, E)`` unbatched) and
       ``(N, L, S)`` / ``(N, num_heads, L, S)`` weights, or ``None`` without ``need_weights``.
     """
+    same = query is key and key is value
     query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    if same:
+        key = value = query  # self-attention: one array, projected once (below)
     kpm = None if key_padding_mask is None else jnp.asarray(key_padding_mask)
     mask = None if attn_mask is None else jnp.asarray(attn_mask)
     batched = _check_shapes(query, key, value, kpm, mask, num_heads)
     if not batched:
         query, key, value = query[:, None], key[:, None], value[:, None]
+        if same:
+            key = value = query
         if kpm is not None:
             kpm = kpm[None]
     tgt_len, bsz, embed_dim = query.shape
@@ -236,7 +241,13 @@ def multi_head_attention_forward(
             raise AssertionError(f"key shape {key.shape} does not match value shape {value.shape}")
         weights = jnp.split(jnp.asarray(in_proj_weight), 3)
     biases = (None,) * 3 if in_proj_bias is None else jnp.split(jnp.asarray(in_proj_bias), 3)
-    q, k, v = (_linear(x, jnp.asarray(w), b) for x, w, b in zip((query, key, value), weights, biases))
+    if not use_separate_proj_weight and query is key and key is value:
+        # torch's _in_projection_packed: self-attention projects once with the packed (3E, E) weight (the
+        # same sums per output as three products, in one larger GEMM), then splits.
+        bias = None if in_proj_bias is None else jnp.asarray(in_proj_bias)
+        q, k, v = jnp.split(_linear(query, jnp.asarray(in_proj_weight), bias), 3, axis=-1)
+    else:
+        q, k, v = (_linear(x, jnp.asarray(w), b) for x, w, b in zip((query, key, value), weights, biases))
 
     if mask is not None:
         if mask.ndim == 2:

@@ -112,7 +112,12 @@ class MultiheadAttention(Module):
         """
         batched = query.ndim == 3
         if self.batch_first and batched:
-            query, key, value = (x.swapaxes(0, 1) for x in (query, key, value))
+            # As torch's forward: self-attention stays one array (multi_head_attention_forward then
+            # projects it once with the packed weight).
+            if query is key and key is value:
+                query = key = value = query.swapaxes(0, 1)
+            else:
+                query, key, value = (x.swapaxes(0, 1) for x in (query, key, value))
         draws = self.training and self.dropout > 0
         rng = self.rngs.dropout() if draws and self.rngs is not None else None
         out, weights = multi_head_attention_forward(

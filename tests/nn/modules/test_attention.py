@@ -169,3 +169,18 @@ def test_sdpa_dropout_and_gqa_match_torch():
         t_out, _ = torch_input_grad(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, dropout_p=0.4, enable_gqa=True), q, k, v)
         assert rel_err(out, t_out) <= TOL
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_self_attention_projects_once_with_the_packed_weight(batch_first):
+    """As torch's ``_in_projection_packed``: self-attention (one array as query, key and value) is one
+    product with the ``(3E, E)`` weight, cross-attention three; the outputs are compared with torch above."""
+    mha = nn.MultiheadAttention(16, 4, batch_first=batch_first)
+    x = jnp.ones((5, 3, 16))
+
+    def products(fn):
+        return str(jax.make_jaxpr(fn)(x)).count("dot_general")
+
+    packed = products(lambda a: mha(a, a, a, need_weights=False)[0])
+    separate = products(lambda a: mha(a, a + 0, a + 0, need_weights=False)[0])
+    assert separate - packed == 2
