@@ -34,7 +34,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Convolution", "Matmul", "available", "convolution", "library", "matmul", "workers"]
+__all__ = ["Convolution", "LSTMLayer", "Matmul", "available", "convolution", "library", "lstm_layer", "matmul",
+           "workers"]
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(_P)
@@ -66,12 +67,16 @@ _SIGNATURES = {
     "dnnl_convolution_backward_weights_primitive_desc_create": [_PP, _P, ctypes.c_int] + [_P] * 10,
     "dnnl_reorder_primitive_desc_create": [_PP, _P, _P, _P, _P, _P],
     "dnnl_matmul_primitive_desc_create": [_PP, _P, _P, _P, _P, _P, _P],
+    "dnnl_lstm_forward_primitive_desc_create": [_PP, _P, ctypes.c_int, ctypes.c_int] + [_P] * 11 + [ctypes.c_uint, _P],
+    "dnnl_lstm_backward_primitive_desc_create": [_PP, _P, ctypes.c_int, ctypes.c_int] + [_P] * 22
+                                                + [ctypes.c_uint, _P, _P],
     "dnnl_primitive_desc_query_md": [_P, ctypes.c_int, ctypes.c_int],
     "dnnl_primitive_desc_query": [_P, ctypes.c_int, ctypes.c_int, _P],
     "dnnl_primitive_create": [_PP, _P],
     "dnnl_primitive_execute": [_P, _P, ctypes.c_int, _P],
     "dnnl_memory_create": [_PP, _P, _P, _P],
     "dnnl_memory_set_data_handle": [_P, _P],
+    "dnnl_memory_get_data_handle": [_P, _PP],
     "dnnl_memory_desc_equal": [_P, _P],
     "dnnl_stream_wait": [_P],
     "dnnl_primitive_attr_create": [_PP],
@@ -757,3 +762,228 @@ class Matmul:
 def matmul(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> Matmul:
     """The cached :class:`Matmul` of a shape (its primitives are created once)."""
     return Matmul(m, k, n, transpose_a, transpose_b)
+
+
+# dnnl_types.h: RNN directions, the workspace query and the RNN execution arguments.
+_LEFT2RIGHT, _RIGHT2LEFT = 1, 2
+_FORWARD_INFERENCE, _BACKWARD = 96, 128
+_QUERY_WORKSPACE = 135
+_ARG_SRC_ITER, _ARG_SRC_ITER_C, _ARG_DST_ITER, _ARG_DST_ITER_C = 2, 3, 18, 19
+_ARG_WEIGHTS_ITER, _ARG_BIAS, _ARG_WORKSPACE = 34, 41, 64
+_ARG_DIFF_SRC_ITER, _ARG_DIFF_SRC_ITER_C, _ARG_DIFF_DST_ITER, _ARG_DIFF_DST_ITER_C = 130, 131, 146, 147
+_ARG_DIFF_WEIGHTS_ITER, _ARG_DIFF_BIAS = 162, 169
+
+
+def _plain_desc(shape: Sequence[int]) -> _P:
+    """A C-order (row-major) descriptor of any rank."""
+    return _strided_desc(shape, [math.prod(shape[i + 1:]) for i in range(len(shape))])
+
+
+def _gates_desc(inputs: int, hidden: int) -> _P:
+    """torch's ``(4H, C)`` LSTM weight as oneDNN's ``ldigo`` dims stored ``ldgoi`` (torch's layout)."""
+    g = 4 * hidden * inputs
+    return _strided_desc((1, 1, inputs, 4, hidden), (g, g, 1, hidden * inputs, inputs))
+
+
+class _LSTMKernels:
+    """oneDNN's LSTM forward (training or inference) and backward for one dense ``(T, N, C)`` problem, with
+    buffers of its own, for one lane: not thread-safe."""
+
+    def __init__(self, t: int, n: int, c: int, hidden: int, reverse: bool, train: bool) -> None:
+        lib, (engine, _) = library(), _engine()
+        self.shapes = {"x": (t, n, c), "state": (1, 1, n, hidden), "y": (t, n, hidden),
+                       "w_ih": (4 * hidden, c), "w_hh": (4 * hidden, hidden), "bias": (4 * hidden,)}
+        direction = _RIGHT2LEFT if reverse else _LEFT2RIGHT
+        x, y = _plain_desc((t, n, c)), _plain_desc((t, n, hidden))
+        state = _plain_desc((1, 1, n, hidden))
+        w_ih, w_hh, bias = _gates_desc(c, hidden), _gates_desc(hidden, hidden), _plain_desc((1, 1, 4, hidden))
+        any_ih, any_hh = _desc((1, 1, c, 4, hidden), _FORMAT_ANY), _desc((1, 1, hidden, 4, hidden), _FORMAT_ANY)
+        fwd = _P()
+        _check(lib.dnnl_lstm_forward_primitive_desc_create(
+            ctypes.byref(fwd), engine, _FORWARD_TRAINING if train else _FORWARD_INFERENCE, direction, x, state, state,
+            any_ih, any_hh, None, None, bias, y, state, state, 0, _user_scratchpad()), "LSTM forward")
+        md = lambda pd, arg: lib.dnnl_primitive_desc_query_md(pd, 255, arg)  # noqa: E731 - dnnl_query_exec_arg_md
+        self.workspace_bytes = 0
+        if train:
+            ws = lib.dnnl_primitive_desc_query_md(fwd, _QUERY_WORKSPACE, 0)
+            self.workspace_bytes = int(lib.dnnl_memory_desc_get_size(ws)) if ws else 0
+        # The arrays the steps read and write, C-order numpy buffers (a part of the caller's batch).
+        self.arrays = {name: np.empty(shape, np.float32) for name, shape in (
+            ("x", (t, n, c)), ("h0", (1, 1, n, hidden)), ("c0", (1, 1, n, hidden)), ("y", (t, n, hidden)),
+            ("hT", (1, 1, n, hidden)), ("cT", (1, 1, n, hidden)), ("w_ih", (4 * hidden, c)),
+            ("w_hh", (4 * hidden, hidden)), ("bias", (4 * hidden,)))}
+        a = self.arrays
+
+        def plain(desc, array):
+            return _memory(desc, _P(array.ctypes.data))
+
+        self._fwd_ih = _Operand(self.shapes["w_ih"], md(fwd, 33), True, plain=w_ih)
+        self._fwd_hh = _Operand(self.shapes["w_hh"], md(fwd, 34), True, plain=w_hh)
+        fwd_args = [(_ARG_SRC, plain(x, a["x"])), (_ARG_SRC_ITER, plain(state, a["h0"])),
+                    (_ARG_SRC_ITER_C, plain(state, a["c0"])), (33, self._fwd_ih.inner), (_ARG_WEIGHTS_ITER, self._fwd_hh.inner),
+                    (_ARG_BIAS, plain(bias, a["bias"])), (_ARG_DST, plain(y, a["y"])),
+                    (_ARG_DST_ITER, plain(state, a["hT"])), (_ARG_DST_ITER_C, plain(state, a["cT"]))]
+        self._workspaces = []  # the forward's and the backward's memory objects over the caller's workspace
+        if train:
+            self._workspaces.append(_memory(lib.dnnl_primitive_desc_query_md(fwd, _QUERY_WORKSPACE, 0), _P(0)))
+            fwd_args.append((_ARG_WORKSPACE, self._workspaces[-1]))
+        self._forward = _Primitive(fwd).bound(fwd_args)
+        self.pds = [fwd]
+        if not train:
+            return
+        for name, shape in (("dy", (t, n, hidden)), ("dhT", (1, 1, n, hidden)), ("dcT", (1, 1, n, hidden)),
+                            ("dx", (t, n, c)), ("dh0", (1, 1, n, hidden)), ("dc0", (1, 1, n, hidden)),
+                            ("dw_ih", (4 * hidden, c)), ("dw_hh", (4 * hidden, hidden)), ("dbias", (4 * hidden,))):
+            a[name] = np.empty(shape, np.float32)
+        bwd = _P()
+        _check(lib.dnnl_lstm_backward_primitive_desc_create(
+            ctypes.byref(bwd), engine, _BACKWARD, direction, x, state, state, any_ih, any_hh, None, None, bias,
+            y, state, state, x, state, state, any_ih, any_hh, None, None, bias, y, state, state, 0, fwd,
+            _user_scratchpad()), "LSTM backward")
+        self.pds.append(bwd)
+        self._bwd_ih = _Operand(self.shapes["w_ih"], md(bwd, 33), True, plain=w_ih)
+        self._bwd_hh = _Operand(self.shapes["w_hh"], md(bwd, 34), True, plain=w_hh)
+        # oneDNN adds the weight gradients into these: they are zeroed before each backward.
+        self._dw = [_Operand(self.shapes[k], md(bwd, arg), False, plain=desc)
+                    for k, arg, desc in (("w_ih", 161, _gates_desc(c, hidden)), ("w_hh", _ARG_DIFF_WEIGHTS_ITER,
+                                                                                 _gates_desc(hidden, hidden)))]
+        self._dw_sizes = [int(lib.dnnl_memory_desc_get_size(md(bwd, arg))) for arg in (161, _ARG_DIFF_WEIGHTS_ITER)]
+        bwd_args = [(_ARG_SRC, plain(x, a["x"])), (_ARG_SRC_ITER, plain(state, a["h0"])),
+                    (_ARG_SRC_ITER_C, plain(state, a["c0"])), (33, self._bwd_ih.inner),
+                    (_ARG_WEIGHTS_ITER, self._bwd_hh.inner), (_ARG_BIAS, plain(bias, a["bias"])),
+                    (_ARG_DST, plain(y, a["y"])), (_ARG_DST_ITER, plain(state, a["hT"])),
+                    (_ARG_DST_ITER_C, plain(state, a["cT"])),
+                    (_ARG_WORKSPACE, self._workspaces[0]),
+                    (_ARG_DIFF_SRC, plain(x, a["dx"])), (_ARG_DIFF_SRC_ITER, plain(state, a["dh0"])),
+                    (_ARG_DIFF_SRC_ITER_C, plain(state, a["dc0"])), (161, self._dw[0].inner),
+                    (_ARG_DIFF_WEIGHTS_ITER, self._dw[1].inner), (_ARG_DIFF_BIAS, plain(bias, a["dbias"])),
+                    (_ARG_DIFF_DST, plain(y, a["dy"])), (_ARG_DIFF_DST_ITER, plain(state, a["dhT"])),
+                    (_ARG_DIFF_DST_ITER_C, plain(state, a["dcT"]))]
+        self._backward = _Primitive(bwd).bound(bwd_args)
+
+    @staticmethod
+    def _address(memory) -> int:
+        handle = _P()
+        library().dnnl_memory_get_data_handle(memory, ctypes.byref(handle))
+        return handle.value
+
+    def _bind_workspace(self, workspace: int) -> None:
+        for memory in self._workspaces:
+            _quick().dnnl_memory_set_data_handle(memory, _P(workspace))
+
+    def forward(self, w_ih: int, w_hh: int, workspace: int = 0) -> None:
+        """``y, hT, cT`` in :attr:`arrays` (and the workspace at ``workspace``, training) from ``x, h0, c0, bias``
+        in :attr:`arrays` and the C-order weights at ``w_ih`` and ``w_hh``."""
+        self._fwd_ih.bind(w_ih)
+        self._fwd_hh.bind(w_hh)
+        self._bind_workspace(workspace)
+        self._forward()
+        _quick().dnnl_stream_wait(_engine()[1])
+
+    def backward(self, w_ih: int, w_hh: int, workspace: int) -> None:
+        """``dx, dh0, dc0, dw_ih, dw_hh, dbias`` in :attr:`arrays` from the forward's arrays, its workspace and
+        ``dy, dhT, dcT``."""
+        self._bwd_ih.bind(w_ih)
+        self._bwd_hh.bind(w_hh)
+        self._bind_workspace(workspace)
+        for op, name, size in zip(self._dw, ("dw_ih", "dw_hh"), self._dw_sizes):
+            op.bind(self.arrays[name].ctypes.data)
+            ctypes.memset(self._address(op.inner), 0, size)
+        self.arrays["dbias"][:] = 0
+        self._backward()
+        for op in self._dw:
+            op.finish()
+        _quick().dnnl_stream_wait(_engine()[1])
+
+
+def _view(address: int, shape: Sequence[int]) -> np.ndarray:
+    """The C-order float32 array of ``shape`` at ``address`` (a caller's buffer), without a copy."""
+    return np.ctypeslib.as_array((ctypes.c_float * max(math.prod(shape), 1)).from_address(address))[
+        :math.prod(shape)].reshape(shape)
+
+
+_LSTM_MIN_PART = 16
+
+
+class LSTMLayer:
+    """One direction of one LSTM layer as torch's CPU ``mkldnn_rnn_layer`` runs it: oneDNN's LSTM primitive.
+
+    ``x`` is time-first ``(T, N, C)``, the states ``(N, H)``, the weights torch's ``(4H, C)`` and ``(4H, H)``
+    (gates ``i, f, g, o``), the bias torch's ``b_ih + b_hh``. The batch is cut into one part per core (of
+    at least 16 samples each), each run by oneDNN on one thread on its lane (:class:`Convolution`'s lanes): per sample the results are one
+    call's, the weight gradients add the parts' partial sums in part order. The forward of a training step
+    writes oneDNN's workspace (:attr:`workspace_bytes`, the parts' one after the other) for the backward.
+    """
+
+    def __init__(self, t: int, n: int, c: int, hidden: int, reverse: bool, train: bool) -> None:
+        self.t, self.n, self.c, self.hidden = t, n, c, hidden
+        # Parts of at least 16 samples: on fewer, oneDNN's kernels for a part's GEMMs sum in another order
+        # than for the whole batch (torch's one call), and the work would not pay for the hand-over.
+        parts = _bounds(n, max(1, min(workers(), n // _LSTM_MIN_PART)))
+        self._parts = []
+        offset = 0
+        for i, (lo, size) in enumerate(parts):
+            kernels = _on_lane(i, _LSTMKernels, t, size, c, hidden, reverse, train).result()
+            self._parts.append((lo, size, kernels, offset))
+            offset += -(-kernels.workspace_bytes // 64) * 64  # each part's workspace 64-byte aligned
+        self.workspace_bytes = offset
+
+    def _inputs(self, kernels, lo: int, size: int, arrays: dict[str, np.ndarray]) -> None:
+        for name, value in arrays.items():
+            target = kernels.arrays[name]
+            if name in ("x", "y", "dy", "dx"):
+                target[...] = value[:, lo:lo + size]
+            elif name == "bias":
+                target[...] = value
+            else:  # a state (N, H)
+                target.reshape(size, -1)[...] = value[lo:lo + size]
+
+    def forward(self, x: int, h0: int, c0: int, w_ih: int, w_hh: int, bias: int, y: int, h_t: int, c_t: int,
+                workspace: int = 0) -> None:
+        """Write ``y, hT, cT`` (and the workspace, training) from the arrays at the given addresses."""
+        t, n, c, h = self.t, self.n, self.c, self.hidden
+        ins = {"x": _view(x, (t, n, c)), "h0": _view(h0, (n, h)), "c0": _view(c0, (n, h)), "bias": _view(bias, (4 * h,))}
+        outs = {"y": _view(y, (t, n, h)), "hT": _view(h_t, (n, h)), "cT": _view(c_t, (n, h))}
+
+        def part(lo, size, kernels, offset):
+            self._inputs(kernels, lo, size, ins)
+            kernels.forward(w_ih, w_hh, workspace + offset if workspace else 0)
+            outs["y"][:, lo:lo + size] = kernels.arrays["y"]
+            outs["hT"][lo:lo + size] = kernels.arrays["hT"].reshape(size, h)
+            outs["cT"][lo:lo + size] = kernels.arrays["cT"].reshape(size, h)
+
+        _run_parts([(part, *p) for p in self._parts])
+
+    def backward(self, x: int, h0: int, c0: int, w_ih: int, w_hh: int, bias: int, y: int, h_t: int, c_t: int,
+                 workspace: int, dy: int, dh_t: int, dc_t: int, dx: int, dh0: int, dc0: int, dw_ih: int, dw_hh: int,
+                 dbias: int) -> None:
+        """Write ``dx, dh0, dc0, dw_ih, dw_hh, dbias`` from the forward's arrays, its workspace and the output
+        gradients ``dy, dhT, dcT``."""
+        t, n, c, h = self.t, self.n, self.c, self.hidden
+        ins = {"x": _view(x, (t, n, c)), "h0": _view(h0, (n, h)), "c0": _view(c0, (n, h)), "bias": _view(bias, (4 * h,)),
+               "y": _view(y, (t, n, h)), "hT": _view(h_t, (n, h)), "cT": _view(c_t, (n, h)),
+               "dy": _view(dy, (t, n, h)), "dhT": _view(dh_t, (n, h)), "dcT": _view(dc_t, (n, h))}
+        outs = {"dx": _view(dx, (t, n, c)), "dh0": _view(dh0, (n, h)), "dc0": _view(dc0, (n, h))}
+
+        def part(lo, size, kernels, offset):
+            self._inputs(kernels, lo, size, ins)
+            kernels.backward(w_ih, w_hh, workspace + offset)
+            outs["dx"][:, lo:lo + size] = kernels.arrays["dx"]
+            outs["dh0"][lo:lo + size] = kernels.arrays["dh0"].reshape(size, h)
+            outs["dc0"][lo:lo + size] = kernels.arrays["dc0"].reshape(size, h)
+
+        def add_partials() -> None:
+            for name, address, shape in (("dw_ih", dw_ih, (4 * h, c)), ("dw_hh", dw_hh, (4 * h, h)),
+                                         ("dbias", dbias, (4 * h,))):
+                out = _view(address, shape)
+                np.copyto(out, self._parts[0][2].arrays[name])
+                for _, _, kernels, _ in self._parts[1:]:
+                    out += kernels.arrays[name]
+
+        _run_parts([(part, *p) for p in self._parts], then=add_partials)
+
+
+@functools.lru_cache(maxsize=64)
+def lstm_layer(t: int, n: int, c: int, hidden: int, reverse: bool, train: bool) -> LSTMLayer:
+    """The cached :class:`LSTMLayer` of a shape (its primitives are created once)."""
+    return LSTMLayer(t, n, c, hidden, reverse, train)

@@ -7,8 +7,10 @@ Linux x86-64): the forward and both gradients become XLA custom calls into
 oneDNN's kernels (``jax_impl/nn/_conv_onednn.py``), for the convs large
 enough to pay for a call (``jax_impl.nn._fast_conv.takes_onednn``). A float32
 ``linear`` of at least ``2**28`` multiply-adds runs oneDNN's matmul, forward and
-gradients (``jax_impl.nn._gemm.takes_onednn_matmul``). Off, or where oneDNN is
-absent, XLA's own convolutions and dots run. The choice is read when
+gradients (``jax_impl.nn._gemm.takes_onednn_matmul``), and a float32 ``LSTM``
+layer oneDNN's LSTM primitive, as torch's ``mkldnn_rnn_layer``
+(``jax_impl.nn._functional_rnn.takes_onednn_lstm``). Off, or where oneDNN is
+absent, XLA's own convolutions and dots run, and the LSTM is a ``lax.scan``. The choice is read when
 a function is traced, so a jitted function keeps the one it was traced with.
 
 ``JAX_IMPL_MKLDNN=0`` in the environment turns it off for the process.
@@ -37,9 +39,9 @@ enabled: bool = True
 
 def is_available() -> bool:
     """Whether oneDNN is installed, loads, and its custom calls are registered with XLA (imports jax)."""
-    from jax_impl.nn import _conv_onednn, _matmul_onednn
+    from jax_impl.nn import _conv_onednn, _lstm_onednn, _matmul_onednn
 
-    return _conv_onednn.registered() and _matmul_onednn.registered()
+    return _conv_onednn.registered() and _matmul_onednn.registered() and _lstm_onednn.registered()
 
 
 def is_enabled() -> bool:

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["PackedLayout", "gru_cell", "lstm_cell", "pack_padded", "packed_layout", "packed_recurrent_layer",
-           "pad_packed", "recurrent_layer", "rnn_relu_cell", "rnn_tanh_cell", "take_rows"]
+           "pad_packed", "recurrent_layer", "rnn_relu_cell", "rnn_tanh_cell", "take_rows", "takes_onednn_lstm"]
 
 
 def _linear(x: jax.Array, w: jax.Array, b: jax.Array | None) -> jax.Array:
@@ -98,8 +98,24 @@ def recurrent_layer(cell: Callable[..., Any], x: jax.Array, state: Any, weights:
       reverse: run from the last step to the first (the ``_reverse`` direction); outputs stay in time order.
     """
     w_ih, w_hh, b_ih, b_hh, *rest = weights
+    if cell is lstm_cell and takes_onednn_lstm(x, w_ih, w_hh, rest):
+        from jax_impl.nn import _lstm_onednn  # imports jax's FFI: only when the route is taken
+
+        return _lstm_onednn.lstm_layer(x, *state, w_ih, w_hh, b_ih, b_hh, reverse)
     igates = _linear(x, w_ih, b_ih)  # every step's input projection in one product, as torch precomputes it
     return _scan(cell, igates, state, (w_hh, b_hh, *rest), reverse)
+
+
+def takes_onednn_lstm(x: jax.Array, w_ih: jax.Array, w_hh: jax.Array, rest: Sequence[jax.Array | None]) -> bool:
+    """Whether an LSTM layer runs oneDNN's LSTM primitive (:mod:`~jax_impl.nn._lstm_onednn`), as torch's CPU
+    LSTM does in float32 (``mkldnn_rnn_layer``): float32 input and weights on the CPU backend,
+    ``jax_impl.backends.mkldnn`` enabled, a non-empty time-first input, no projections (``proj_size``), not
+    packed. There the outputs and input gradients are torch's bit for bit (its bias ``b_ih + b_hh`` summed
+    first), and a layer runs at torch's speed; the ``lax.scan`` runs everything else."""
+    from jax_impl.backends import mkldnn
+
+    return (not rest and x.ndim == 3 and x.size > 0 and jax.default_backend() == "cpu"
+            and all(a.dtype == jnp.float32 for a in (x, w_ih, w_hh)) and mkldnn.is_enabled())
 
 
 class PackedLayout(NamedTuple):
