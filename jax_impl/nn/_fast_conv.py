@@ -96,9 +96,9 @@ _ONEDNN_MIN_MACS = 1 << 22
 
 
 # A conv with few output pixels per channel goes to oneDNN (cut by channels) from this output image size
-# (ResNet-18 at 224x224: 14x14 and 7x7); on smaller images (4x4 and 2x2 at 64x64) the GEMM routes measured
-# faster.
-_ONEDNN_FEW_PIXELS_MIN_IMAGE = 7 * 7
+# (ResNet-18 at 224x224: 14x14 and 7x7; at 64x64: 4x4, and the DCGAN discriminator's 4x4); on 2x2 images
+# the GEMM routes measured faster (ResNet-18's last stage at 64x64: 2.7 against 4.5 ms forward and backward).
+_ONEDNN_FEW_PIXELS_MIN_IMAGE = 4 * 4
 
 
 def takes_onednn(g: ConvGeometry) -> bool:
@@ -108,16 +108,18 @@ def takes_onednn(g: ConvGeometry) -> bool:
     shapes XLA:CPU is slow on (thin GEMMs, batch-as-feature weight gradients) at torch's speed, with no
     NCHW/NHWC transposes around them.
 
-    Left to the routes below: strided 1x1 kernels (:func:`takes_pointwise`), convs whose output is no
-    larger than the kernel, and convs whose batch has few output pixels against their output channels
+    Left to the routes below: strided 1x1 kernels (:func:`takes_pointwise`), convs whose output is
+    smaller than the kernel, and convs whose batch has few output pixels against their output channels
     (:func:`takes_gemm`, :func:`takes_gemm_forward`: ResNet's last stages) unless oneDNN cuts them by
     channels over the cores (:func:`jax_impl._onednn.splits_channels`) and their output image has at
-    least 7x7 pixels. Cut by samples, oneDNN's per-sample kernels, its weight reorders and the per-chunk
+    least 4x4 pixels. Cut by samples, oneDNN's per-sample kernels, its weight reorders and the per-chunk
     weight gradients cost more there than one GEMM over the batch (forward and backward 2-3x slower);
-    cut by channels, ResNet-18's stage-3 and stage-4 convs at 224x224 (batch 4) train faster on oneDNN
-    than on the GEMM routes, while on 4x4 images the GEMMs stay faster.
+    cut by channels, ResNet-18's stage-3 and stage-4 convs at 224x224 (batch 4) and its stage-4 convs at
+    64x64 (batch 32, 4x4 outputs) train faster on oneDNN than on the GEMM routes (12.3 against 14.0 ms),
+    as does the DCGAN discriminator's 4x4 conv (7.2 against 8.2 ms), while on 2x2 images the GEMMs stay
+    faster.
     """
-    if not _onednn_sized(g) or _output_within_kernel(g) or takes_pointwise(g):
+    if not _onednn_sized(g) or _output_within_kernel(g, strictly=True) or takes_pointwise(g):
         return False
     if not _pixels_per_channel_at_most(g, _GEMM_FWD_PIXELS_PER_CHANNEL):
         return True
@@ -147,10 +149,11 @@ def _onednn_sized(g: ConvGeometry) -> bool:
             and g.macs >= _ONEDNN_MIN_MACS and mkldnn.is_enabled())
 
 
-def _output_within_kernel(g: ConvGeometry) -> bool:
-    """The output image has no more pixels than the kernel has taps (and the kernel more than one)."""
-    taps = g.w_shape[2] * g.w_shape[3]
-    return taps > 1 and g.out_size[0] * g.out_size[1] <= taps
+def _output_within_kernel(g: ConvGeometry, strictly: bool = False) -> bool:
+    """The output image has no more pixels than the kernel has taps (``strictly``: fewer), and the kernel more
+    than one."""
+    taps, pixels = g.w_shape[2] * g.w_shape[3], g.out_size[0] * g.out_size[1]
+    return taps > 1 and (pixels < taps if strictly else pixels <= taps)
 
 
 def _pixels_per_channel_at_most(g: ConvGeometry, per_channel: int) -> bool:

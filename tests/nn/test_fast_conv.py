@@ -464,8 +464,8 @@ def test_route_table_order():
             assert FC.route_for(mnist2).name == FC.route_for(lenet1, traced=False).name == "onednn"
             # oneDNN leaves the GEMM's and the pointwise route's shapes to them (faster there).
             assert FC.route_for(downsample).name == "pointwise" and FC.route_for(last_stage).name == "gemm"
-            # ... unless it cuts them by channels over the cores and their images are at least 7x7 (ResNet-18's
-            # last two stages at 224x224, batch 4); 4x4 images at 64x64 stay on the GEMM forward.
+            # ... unless it cuts them by channels over the cores and their images are at least 4x4 (ResNet-18's
+            # last two stages at 224x224, batch 4, and its third at 64x64, batch 32); 2x2 images stay on the GEMM.
             from jax_impl import _onednn
 
             same = ((1, 1), (1, 1))
@@ -473,8 +473,10 @@ def test_route_table_order():
             stage4_224 = G((4, 256, 14, 14), (512, 256, 3, 3), (2, 2), same, (1, 1))
             stage3_64 = G((32, 256, 4, 4), (256, 256, 3, 3), (1, 1), same, (1, 1))
             cuts = _onednn.workers() > 1
-            assert all((FC.route_for(g).name == "onednn") is cuts for g in (stage3_224, stage4_224))
-            assert FC.route_for(stage3_64).name == "gemm_forward"
+            assert all((FC.route_for(g).name == "onednn") is cuts for g in (stage3_224, stage4_224, stage3_64))
+            # An output as large as the kernel (the DCGAN discriminator's 4x4 conv) goes to oneDNN too.
+            dcgan = G((32, 128, 8, 8), (256, 128, 4, 4), (2, 2), same, (1, 1))
+            assert (FC.route_for(dcgan).name == "onednn") is cuts
     assert FC.route_for(downsample).name == "pointwise"  # before the GEMM row, which also applies
     assert FC.route_for(lenet1).name == "direct"
     assert FC.route_for(lenet1, traced=False).name in ("xla", "ynn_free")
