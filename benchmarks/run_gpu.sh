@@ -45,6 +45,19 @@ tail -5 "$out/pytest_cuda.log"
 timeout $(( ${THROUGHPUT_BUDGET_S:-300} + 200 )) $py benchmarks/gpu_throughput.py --budget-s "${THROUGHPUT_BUDGET_S:-300}" \
   --timeout-s 150 --json "$out/gpu_throughput.json" 2>&1 | grep -v "^wrote" | tee "$out/gpu_throughput.log"
 [ "${SKIP_STEP_BENCH:-0}" = 1 ] && exit 0
-timeout 300 $py benchmarks/train_step.py --device cuda --json "$out/train_step_cuda.json" 2>&1 | tail -6  # with GPU memory
-timeout 180 $py benchmarks/train_step.py --device cuda --tf32 --no-memory --json "$out/train_step_cuda_tf32.json" 2>&1 | tail -6
+# The CNN cases with their GPU memory rows, then the transformer, recurrent and GAN cases without (each memory
+# probe is a fresh process), merged into one file.
+cnn=lenet_b256,resnet18_b32_64,resnet18_b4_224,mnist_b64
+more=gpt_d128_t64,gpt_d384_t256,vit_tiny_b32_32,lstm_lm_b32_35,dcgan_b32_32
+timeout 300 $py benchmarks/train_step.py --device cuda --only $cnn --json "$out/train_step_cuda.json" 2>&1 | tail -6
+timeout 300 $py benchmarks/train_step.py --device cuda --only $more --no-memory --repeats 10 \
+  --json "$out/train_step_cuda_more.json" 2>&1 | tail -6
+$py - "$out/train_step_cuda.json" "$out/train_step_cuda_more.json" <<'PY' || true
+import json, sys
+first, more = (json.load(open(p)) for p in sys.argv[1:3])
+first["cases"].update(more["cases"])
+json.dump(first, open(sys.argv[1], "w"), indent=1)
+PY
+timeout 240 $py benchmarks/train_step.py --device cuda --tf32 --no-memory --repeats 10 \
+  --json "$out/train_step_cuda_tf32.json" 2>&1 | tail -6
 timeout 240 $py benchmarks/optim_update.py --device cuda --json "$out/optim_update_cuda.json" 2>&1 | grep -v "^[│┃┏┡└]" | tail -14
