@@ -413,7 +413,8 @@ _TRANSPOSE = [
     (32, 256, 128, 4, 4, 2, 1, 0, 1),   # ... the doubling blocks ...
     (32, 64, 3, 16, 4, 2, 1, 0, 1),     # ... and the RGB output
     (256, 32, 16, 9, 3, 2, 0, 1, 1),    # output_padding above padding: a negative high pad for oneDNN
-    *_transpose_cases(10, 4),
+    # The seeded grid: the slow tier pays for it.
+    *(pytest.param(c, marks=pytest.mark.slow) for c in _transpose_cases(10, 4)),
 ]
 
 

@@ -83,10 +83,10 @@ def _compiled_adds(depth: int) -> int:
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="an XLA:CPU fusion property")
 def test_a_residual_streams_cotangent_is_summed_once_per_layer():
     """A pre-norm stack's residual cotangents are kept in memory at each layer, so its compiled gradient
-    grows linearly with the depth. Measured: 142 adds at depth 4 and 290 at 8 (472 and 1752 without, XLA
-    fusing every deeper layer's sums into each layer's fusions); bound: doubling the depth at most
-    2.2x the adds."""
-    assert _compiled_adds(8) <= 2.2 * _compiled_adds(4)
+    grows linearly with the depth. Measured: 54 adds at depth 2 and 108 at 4 (110 and 384 without, XLA
+    fusing every deeper layer's sums into each layer's fusions; 472 and 1752 at depths 4 and 8); bound:
+    doubling the depth at most 2.2x the adds."""
+    assert _compiled_adds(4) <= 2.2 * _compiled_adds(2)
 
 
 def test_cotangent_kept_in_memory_is_the_identity_for_values_and_derivatives():

@@ -44,7 +44,8 @@ _SHAPES = [
     (2080, 768, 192, False, False),  # ... and an input gradient (G @ W)
     (7, 5, 3, False, True),          # smaller than a part per core
     (20, 33, 40, True, True),
-    *_cases(10, 0),
+    # The seeded grid: the slow tier pays for it.
+    *(pytest.param(c, marks=pytest.mark.slow) for c in _cases(10, 0)),
 ]
 
 
