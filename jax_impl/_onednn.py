@@ -767,7 +767,7 @@ def matmul(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> Matm
 # dnnl_types.h: RNN directions, the workspace query and the RNN execution arguments.
 _LEFT2RIGHT, _RIGHT2LEFT = 1, 2
 _FORWARD_INFERENCE, _BACKWARD = 96, 128
-_QUERY_WORKSPACE = 135
+_QUERY_WORKSPACE, _QUERY_EXEC_ARG = 135, 255
 _ARG_SRC_ITER, _ARG_SRC_ITER_C, _ARG_DST_ITER, _ARG_DST_ITER_C = 2, 3, 18, 19
 _ARG_WEIGHTS_ITER, _ARG_BIAS, _ARG_WORKSPACE = 34, 41, 64
 _ARG_DIFF_SRC_ITER, _ARG_DIFF_SRC_ITER_C, _ARG_DIFF_DST_ITER, _ARG_DIFF_DST_ITER_C = 130, 131, 146, 147
@@ -802,7 +802,7 @@ class _LSTMKernels:
         _check(lib.dnnl_lstm_forward_primitive_desc_create(
             ctypes.byref(fwd), engine, _FORWARD_TRAINING if train else _FORWARD_INFERENCE, direction, x, state, state,
             any_ih, any_hh, None, None, bias, y, state, state, 0, _user_scratchpad()), "LSTM forward")
-        md = lambda pd, arg: lib.dnnl_primitive_desc_query_md(pd, 255, arg)  # noqa: E731 - dnnl_query_exec_arg_md
+        md = lambda pd, arg: lib.dnnl_primitive_desc_query_md(pd, _QUERY_EXEC_ARG, arg)  # noqa: E731
         self.workspace_bytes = 0
         if train:
             ws = lib.dnnl_primitive_desc_query_md(fwd, _QUERY_WORKSPACE, 0)
@@ -817,10 +817,11 @@ class _LSTMKernels:
         def plain(desc, array):
             return _memory(desc, _P(array.ctypes.data))
 
-        self._fwd_ih = _Operand(self.shapes["w_ih"], md(fwd, 33), True, plain=w_ih)
+        self._fwd_ih = _Operand(self.shapes["w_ih"], md(fwd, _ARG_WEIGHTS), True, plain=w_ih)
         self._fwd_hh = _Operand(self.shapes["w_hh"], md(fwd, 34), True, plain=w_hh)
         fwd_args = [(_ARG_SRC, plain(x, a["x"])), (_ARG_SRC_ITER, plain(state, a["h0"])),
-                    (_ARG_SRC_ITER_C, plain(state, a["c0"])), (33, self._fwd_ih.inner), (_ARG_WEIGHTS_ITER, self._fwd_hh.inner),
+                    (_ARG_SRC_ITER_C, plain(state, a["c0"])), (_ARG_WEIGHTS, self._fwd_ih.inner),
+                    (_ARG_WEIGHTS_ITER, self._fwd_hh.inner),
                     (_ARG_BIAS, plain(bias, a["bias"])), (_ARG_DST, plain(y, a["y"])),
                     (_ARG_DST_ITER, plain(state, a["hT"])), (_ARG_DST_ITER_C, plain(state, a["cT"]))]
         self._workspaces = []  # the forward's and the backward's memory objects over the caller's workspace
@@ -841,21 +842,21 @@ class _LSTMKernels:
             y, state, state, x, state, state, any_ih, any_hh, None, None, bias, y, state, state, 0, fwd,
             _user_scratchpad()), "LSTM backward")
         self.pds.append(bwd)
-        self._bwd_ih = _Operand(self.shapes["w_ih"], md(bwd, 33), True, plain=w_ih)
+        self._bwd_ih = _Operand(self.shapes["w_ih"], md(bwd, _ARG_WEIGHTS), True, plain=w_ih)
         self._bwd_hh = _Operand(self.shapes["w_hh"], md(bwd, 34), True, plain=w_hh)
         # oneDNN adds the weight gradients into these: they are zeroed before each backward.
-        self._dw = [_Operand(self.shapes[k], md(bwd, arg), False, plain=desc)
-                    for k, arg, desc in (("w_ih", 161, _gates_desc(c, hidden)), ("w_hh", _ARG_DIFF_WEIGHTS_ITER,
-                                                                                 _gates_desc(hidden, hidden)))]
-        self._dw_sizes = [int(lib.dnnl_memory_desc_get_size(md(bwd, arg))) for arg in (161, _ARG_DIFF_WEIGHTS_ITER)]
+        diffs = (("w_ih", _ARG_DIFF_WEIGHTS, _gates_desc(c, hidden)),
+                 ("w_hh", _ARG_DIFF_WEIGHTS_ITER, _gates_desc(hidden, hidden)))
+        self._dw = [_Operand(self.shapes[k], md(bwd, arg), False, plain=desc) for k, arg, desc in diffs]
+        self._dw_sizes = [int(lib.dnnl_memory_desc_get_size(md(bwd, arg))) for _, arg, _ in diffs]
         bwd_args = [(_ARG_SRC, plain(x, a["x"])), (_ARG_SRC_ITER, plain(state, a["h0"])),
-                    (_ARG_SRC_ITER_C, plain(state, a["c0"])), (33, self._bwd_ih.inner),
+                    (_ARG_SRC_ITER_C, plain(state, a["c0"])), (_ARG_WEIGHTS, self._bwd_ih.inner),
                     (_ARG_WEIGHTS_ITER, self._bwd_hh.inner), (_ARG_BIAS, plain(bias, a["bias"])),
                     (_ARG_DST, plain(y, a["y"])), (_ARG_DST_ITER, plain(state, a["hT"])),
                     (_ARG_DST_ITER_C, plain(state, a["cT"])),
                     (_ARG_WORKSPACE, self._workspaces[0]),
                     (_ARG_DIFF_SRC, plain(x, a["dx"])), (_ARG_DIFF_SRC_ITER, plain(state, a["dh0"])),
-                    (_ARG_DIFF_SRC_ITER_C, plain(state, a["dc0"])), (161, self._dw[0].inner),
+                    (_ARG_DIFF_SRC_ITER_C, plain(state, a["dc0"])), (_ARG_DIFF_WEIGHTS, self._dw[0].inner),
                     (_ARG_DIFF_WEIGHTS_ITER, self._dw[1].inner), (_ARG_DIFF_BIAS, plain(bias, a["dbias"])),
                     (_ARG_DIFF_DST, plain(y, a["dy"])), (_ARG_DIFF_DST_ITER, plain(state, a["dhT"])),
                     (_ARG_DIFF_DST_ITER_C, plain(state, a["dcT"]))]
@@ -910,9 +911,10 @@ class LSTMLayer:
 
     ``x`` is time-first ``(T, N, C)``, the states ``(N, H)``, the weights torch's ``(4H, C)`` and ``(4H, H)``
     (gates ``i, f, g, o``), the bias torch's ``b_ih + b_hh``. The batch is cut into one part per core (of
-    at least 16 samples each), each run by oneDNN on one thread on its lane (:class:`Convolution`'s lanes): per sample the results are one
-    call's, the weight gradients add the parts' partial sums in part order. The forward of a training step
-    writes oneDNN's workspace (:attr:`workspace_bytes`, the parts' one after the other) for the backward.
+    at least 16 samples each), each run by oneDNN on one thread on its lane (:class:`Convolution`'s
+    lanes): per sample the results are one call's, the weight gradients add the parts' partial sums in
+    part order. The forward of a training step writes oneDNN's workspace (:attr:`workspace_bytes`, the
+    parts' one after the other) for the backward.
     """
 
     def __init__(self, t: int, n: int, c: int, hidden: int, reverse: bool, train: bool) -> None:
@@ -942,7 +944,8 @@ class LSTMLayer:
                 workspace: int = 0) -> None:
         """Write ``y, hT, cT`` (and the workspace, training) from the arrays at the given addresses."""
         t, n, c, h = self.t, self.n, self.c, self.hidden
-        ins = {"x": _view(x, (t, n, c)), "h0": _view(h0, (n, h)), "c0": _view(c0, (n, h)), "bias": _view(bias, (4 * h,))}
+        ins = {"x": _view(x, (t, n, c)), "h0": _view(h0, (n, h)), "c0": _view(c0, (n, h)),
+               "bias": _view(bias, (4 * h,))}
         outs = {"y": _view(y, (t, n, h)), "hT": _view(h_t, (n, h)), "cT": _view(c_t, (n, h))}
 
         def part(lo, size, kernels, offset):
@@ -960,9 +963,9 @@ class LSTMLayer:
         """Write ``dx, dh0, dc0, dw_ih, dw_hh, dbias`` from the forward's arrays, its workspace and the output
         gradients ``dy, dhT, dcT``."""
         t, n, c, h = self.t, self.n, self.c, self.hidden
-        ins = {"x": _view(x, (t, n, c)), "h0": _view(h0, (n, h)), "c0": _view(c0, (n, h)), "bias": _view(bias, (4 * h,)),
-               "y": _view(y, (t, n, h)), "hT": _view(h_t, (n, h)), "cT": _view(c_t, (n, h)),
-               "dy": _view(dy, (t, n, h)), "dhT": _view(dh_t, (n, h)), "dcT": _view(dc_t, (n, h))}
+        ins = {"x": _view(x, (t, n, c)), "h0": _view(h0, (n, h)), "c0": _view(c0, (n, h)),
+               "bias": _view(bias, (4 * h,)), "y": _view(y, (t, n, h)), "hT": _view(h_t, (n, h)),
+               "cT": _view(c_t, (n, h)), "dy": _view(dy, (t, n, h)), "dhT": _view(dh_t, (n, h)), "dcT": _view(dc_t, (n, h))}
         outs = {"dx": _view(dx, (t, n, c)), "dh0": _view(dh0, (n, h)), "dc0": _view(dc0, (n, h))}
 
         def part(lo, size, kernels, offset):
