@@ -807,11 +807,11 @@ class _LSTMKernels:
         if train:
             ws = lib.dnnl_primitive_desc_query_md(fwd, _QUERY_WORKSPACE, 0)
             self.workspace_bytes = int(lib.dnnl_memory_desc_get_size(ws)) if ws else 0
-        # The arrays the steps read and write, C-order numpy buffers (a part of the caller's batch).
+        # The arrays the steps read and write, C-order numpy buffers (a part of the caller's batch); the
+        # weights are read where the caller keeps them (the reorders into oneDNN's layout read them there).
         self.arrays = {name: np.empty(shape, np.float32) for name, shape in (
             ("x", (t, n, c)), ("h0", (1, 1, n, hidden)), ("c0", (1, 1, n, hidden)), ("y", (t, n, hidden)),
-            ("hT", (1, 1, n, hidden)), ("cT", (1, 1, n, hidden)), ("w_ih", (4 * hidden, c)),
-            ("w_hh", (4 * hidden, hidden)), ("bias", (4 * hidden,)))}
+            ("hT", (1, 1, n, hidden)), ("cT", (1, 1, n, hidden)), ("bias", (4 * hidden,)))}
         a = self.arrays
 
         def plain(desc, array):
