@@ -239,14 +239,15 @@ def multi_head_attention_forward(
     else:
         if key.shape != value.shape:
             raise AssertionError(f"key shape {key.shape} does not match value shape {value.shape}")
-        weights = jnp.split(jnp.asarray(in_proj_weight), 3)
-    biases = (None,) * 3 if in_proj_bias is None else jnp.split(jnp.asarray(in_proj_bias), 3)
-    if not use_separate_proj_weight and query is key and key is value:
-        # torch's _in_projection_packed: self-attention projects once with the packed (3E, E) weight (the
-        # same sums per output as three products, in one larger GEMM), then splits.
-        bias = None if in_proj_bias is None else jnp.asarray(in_proj_bias)
+        weights = None  # the packed (3E, E) weight, split below unless self-attention uses it whole
+    bias = None if in_proj_bias is None else jnp.asarray(in_proj_bias)
+    if weights is None and query is key and key is value:
+        # torch's _in_projection_packed: self-attention projects once with the packed weight (the same sums
+        # per output as three products, in one larger GEMM), then splits.
         q, k, v = jnp.split(_linear(query, jnp.asarray(in_proj_weight), bias), 3, axis=-1)
     else:
+        weights = jnp.split(jnp.asarray(in_proj_weight), 3) if weights is None else weights
+        biases = (None,) * 3 if bias is None else jnp.split(bias, 3)
         q, k, v = (_linear(x, jnp.asarray(w), b) for x, w, b in zip((query, key, value), weights, biases))
 
     if mask is not None:
