@@ -186,13 +186,22 @@ def _desc(shape: Sequence[int], tag: int) -> _P:
     return md
 
 
+def _strided_desc(shape: Sequence[int], strides: Sequence[int]) -> _P:
+    md = _P()
+    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(shape), _dims(shape), _F32,
+                                                          _dims(strides)), "memory descriptor")
+    return md
+
+
+def _plain_desc(shape: Sequence[int]) -> _P:
+    """A C-order (row-major) descriptor of any rank."""
+    return _strided_desc(shape, [math.prod(shape[i + 1:]) for i in range(len(shape))])
+
+
 def _nhwc_desc(shape: Sequence[int]) -> _P:
     """An NCHW-indexed descriptor of an array stored channels-last (C-order ``(N, H, W, C)``)."""
     n, c, h, w = shape
-    md = _P()
-    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), 4, _dims(shape), _F32,
-                                                          _dims((h * w * c, 1, w * c, c))), "memory descriptor")
-    return md
+    return _strided_desc(shape, (h * w * c, 1, w * c, c))
 
 
 def _out_size(x_shape, w_shape, stride, pads, dilation) -> tuple[int, int]:
@@ -205,11 +214,7 @@ def _slice_desc(shape: Sequence[int], full: Sequence[int]) -> _P:
     """A descriptor of a ``shape`` block of a C-order array of shape ``full`` (a run of channels of it)."""
     if tuple(shape) == tuple(full):
         return _desc(shape, _FORMAT_ABCD)
-    strides = [math.prod(full[i + 1:]) for i in range(len(full))]
-    md = _P()
-    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(shape), _dims(shape), _F32,
-                                                          _dims(strides)), "memory descriptor")
-    return md
+    return _strided_desc(shape, [math.prod(full[i + 1:]) for i in range(len(full))])
 
 
 def _memory(desc, handle=_MEMORY_ALLOCATE) -> _P:
@@ -690,13 +695,6 @@ def convolution(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tupl
     return Convolution(x_shape, w_shape, stride, pads, dilation, channels_last)
 
 
-def _strided_desc(shape: Sequence[int], strides: Sequence[int]) -> _P:
-    md = _P()
-    _check(library().dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(shape), _dims(shape), _F32,
-                                                          _dims(strides)), "memory descriptor")
-    return md
-
-
 class _MatmulKernel:
     """One oneDNN matmul primitive, ``C = A @ B`` on 2-D float32 views given by their strides, for one lane."""
 
@@ -732,7 +730,6 @@ class Matmul:
     """
 
     def __init__(self, m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> None:
-        self.shape = (m, k, n)
         a_strides = (1, m) if transpose_a else (k, 1)
         b_strides = (1, k) if transpose_b else (n, 1)
         a_row, b_column = 4 * (1 if transpose_a else k), 4 * (k if transpose_b else 1)  # bytes per step
@@ -774,11 +771,6 @@ _ARG_DIFF_SRC_ITER, _ARG_DIFF_SRC_ITER_C, _ARG_DIFF_DST_ITER, _ARG_DIFF_DST_ITER
 _ARG_DIFF_WEIGHTS_ITER, _ARG_DIFF_BIAS = 162, 169
 
 
-def _plain_desc(shape: Sequence[int]) -> _P:
-    """A C-order (row-major) descriptor of any rank."""
-    return _strided_desc(shape, [math.prod(shape[i + 1:]) for i in range(len(shape))])
-
-
 def _gates_desc(inputs: int, hidden: int) -> _P:
     """torch's ``(4H, C)`` LSTM weight as oneDNN's ``ldigo`` dims stored ``ldgoi`` (torch's layout)."""
     g = 4 * hidden * inputs
@@ -791,8 +783,7 @@ class _LSTMKernels:
 
     def __init__(self, t: int, n: int, c: int, hidden: int, reverse: bool, train: bool) -> None:
         lib, (engine, _) = library(), _engine()
-        self.shapes = {"x": (t, n, c), "state": (1, 1, n, hidden), "y": (t, n, hidden),
-                       "w_ih": (4 * hidden, c), "w_hh": (4 * hidden, hidden), "bias": (4 * hidden,)}
+        self.shapes = {"w_ih": (4 * hidden, c), "w_hh": (4 * hidden, hidden)}
         direction = _RIGHT2LEFT if reverse else _LEFT2RIGHT
         x, y = _plain_desc((t, n, c)), _plain_desc((t, n, hidden))
         state = _plain_desc((1, 1, n, hidden))
