@@ -272,6 +272,28 @@ def _check_weight(weight, n_classes: int, dtype) -> Array | None:
     return weight
 
 
+@jax.custom_jvp
+def _picked(logp: Array, index: Array) -> Array:
+    """``logp[i, index[i], ...]``: the class axis 1 picked by ``index`` (``(N, d1, ...)``, in range).
+
+    A gather; its tangent is the same pick written as a masked sum over the
+    class axis, whose transpose is a select (``where(class == index, g, 0)``)
+    that XLA fuses into the gradient's consumers, where the gather's own
+    transpose stores a scatter into a zero array of ``logp``'s size (on a
+    language model's ``(tokens, vocabulary)`` log-probabilities, a zero fill
+    and a pass over it to sum each row). Values are the same: one term per
+    row, the others zeros.
+    """
+    return jnp.take_along_axis(logp, index[:, None], axis=1)[:, 0]
+
+
+@_picked.defjvp
+def _picked_jvp(primals, tangents):
+    logp, index = primals
+    mask = lax.broadcasted_iota(index.dtype, logp.shape, 1) == index[:, None]
+    return _picked(logp, index), jnp.sum(jnp.where(mask, tangents[0], jnp.zeros((), logp.dtype)), axis=1)
+
+
 def _nll(logp: Array, target: Array, weight: Array | None, reduction: str, ignore_index: int) -> Array:
     """nll_loss on log-probabilities with the class axis at 1 (or 0 for 1-D)."""
     if logp.ndim < 1:
@@ -304,7 +326,7 @@ def _nll(logp: Array, target: Array, weight: Array | None, reduction: str, ignor
             raise IndexError(f"Target {bad.flat[0]} is out of bounds.")
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0).astype(jnp.int32)
-    picked = jnp.take_along_axis(logp, safe[:, None], axis=1)[:, 0]
+    picked = _picked(logp, safe)
     w = jnp.ones((), logp.dtype) if weight is None else weight[safe]
     w = jnp.where(valid, w, jnp.zeros((), logp.dtype))
     # LossNLL.cpp nll_loss_out_frame: loss_i = -input[i][t_i] * w[t_i]; ignored rows are 0.

@@ -386,6 +386,29 @@ def _nll_t(a, *rest, **kw):
     return TF.nll_loss(TF.log_softmax(a, 0 if a.ndim == 1 else 1), *rest, **kw)
 
 
+@pytest.mark.parametrize("shape", [(7,), (5, 7), (3, 7, 4)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_forward_mode_matches_torch(shape, weighted):
+    """nll_loss's tangent (a masked sum over classes, whose transpose is a select) against torch.func.jvp,
+    ignored targets included; and its reverse-mode gradient stores no scatter of the input's size."""
+    rng = np.random.default_rng(len(shape) + 3 * weighted)
+    c = shape[0] if len(shape) == 1 else shape[1]
+    x, dx = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    tshape = () if len(shape) == 1 else (shape[0],) + shape[2:]
+    y = rng.integers(0, c, tshape)
+    if y.ndim:
+        y.reshape(-1)[0] = -100
+    w = rng.uniform(0.1, 2, c).astype(np.float32) if weighted else None
+    kw = {} if w is None else {"weight": w}
+    tw = {} if w is None else {"weight": torch.from_numpy(w)}
+    _, theirs = torch.func.jvp(lambda a: TF.nll_loss(a, torch.from_numpy(y), **tw), (torch.from_numpy(x),),
+                               (torch.from_numpy(dx),))
+    _, mine = jax.jvp(lambda a: F.nll_loss(a, jnp.asarray(y), **kw), (jnp.asarray(x),), (jnp.asarray(dx),))
+    np.testing.assert_array_equal(np.asarray(mine), theirs.numpy())
+    grad = jax.jit(jax.grad(lambda a: F.nll_loss(F.log_softmax(a, 0 if a.ndim == 1 else 1), jnp.asarray(y), **kw)))
+    assert "scatter" not in grad.lower(jnp.asarray(x, jnp.float32)).compile().as_text()
+
+
 @FEW
 @given(
     case=class_case(),

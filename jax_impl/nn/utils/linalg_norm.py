@@ -38,7 +38,8 @@ a float32 rounding boundary. ``ord=0.5`` needs no ``powf``: ``powf(a, 0.5)`` is
 the correctly rounded ``sqrt(a)`` and ``powf(s, 2)`` the rounded ``s * s``.
 
 Sequential sums are ``lax.scan`` loops (their additions are never reassociated);
-tensors of similar length share one loop.
+tensors of similar length share one loop, a few at a time, small enough for
+XLA:CPU to compile each loop as one native loop.
 """
 
 from __future__ import annotations
@@ -107,13 +108,38 @@ def get_intra_op_threads() -> int:
     return _default_threads() if _intra_op_threads is None else _intra_op_threads
 
 
-def _sequential_sums(blocks: list[jax.Array]) -> tuple[list[jax.Array], list[jax.Array]]:
+# XLA:CPU compiles a while loop whose body reads few bytes into one native loop (its small-while-loop
+# hoisting); a larger body runs as thunks, about a microsecond an iteration inside a train step. A scan
+# unrolled 8 times over at most this many bytes of columns is hoisted (measured: 16 float32 columns
+# hoisted, 25 and more not; 32 columns as two scans of 16 run 9x faster than as one).
+_SCAN_ROW_BYTES = 64
+_UNROLL = 8
+
+
+def _scan_groups(members: list[int], blocks: list[jax.Array]) -> list[list[int]]:
+    """``members`` cut, in order, into groups whose rows total at most :data:`_SCAN_ROW_BYTES`."""
+    groups: list[list[int]] = []
+    width = 0
+    for i in members:
+        row = blocks[i].shape[1] * blocks[i].dtype.itemsize
+        if groups and width + row <= _SCAN_ROW_BYTES:
+            groups[-1].append(i)
+            width += row
+        else:
+            groups.append([i])
+            width = row
+    return groups
+
+
+def _sequential_sums(blocks: list[jax.Array], squared: list[bool]) -> tuple[list[jax.Array], list[jax.Array]]:
     """``((0 + c[0]) + c[1]) + ...`` down every column of every 2-D block, each column in order.
 
-    Blocks are padded at the end with zero rows (adding +0 to a sum of terms
-    >= 0, inf or NaN keeps it) and summed side by side, one scan per bucket
-    of similar lengths. Returns one 1-D array of column sums per block, and
-    the scans' results.
+    A block marked in ``squared`` adds the squares of its values, each
+    rounded on its own (``acc + x * x`` as two vector instructions), computed
+    inside the loop so the squares are never stored. Blocks are padded at the
+    end with zero rows (adding +0 to a sum of terms >= 0, inf or NaN keeps
+    it) and summed side by side, one scan per group of similar lengths.
+    Returns one 1-D array of column sums per block, and the scans' results.
     """
     out: list[jax.Array | None] = [None] * len(blocks)
     scanned: list[jax.Array] = []
@@ -124,17 +150,20 @@ def _sequential_sums(blocks: list[jax.Array]) -> tuple[list[jax.Array], list[jax
         else:
             buckets.setdefault((int(b.shape[0]).bit_length(), b.dtype), []).append(i)
     for (_, dtype), members in buckets.items():
-        length = max(blocks[i].shape[0] for i in members)
-        matrix = jnp.concatenate([jnp.pad(blocks[i], ((0, length - blocks[i].shape[0]), (0, 0))) for i in members],
-                                 axis=1)
-        total, _ = lax.scan(lambda acc, row: (acc + row, None), jnp.zeros(matrix.shape[1:], dtype), matrix,
-                            unroll=min(8, length))
-        scanned.append(total)
-        offset = 0
-        for i in members:
-            width = blocks[i].shape[1]
-            out[i] = total[offset:offset + width]
-            offset += width
+        for group in _scan_groups(members, blocks):
+            length = max(blocks[i].shape[0] for i in group)
+            columns = tuple(jnp.pad(blocks[i], ((0, length - blocks[i].shape[0]), (0, 0))) for i in group)
+            squares = tuple(squared[i] for i in group)
+
+            def add_row(accs, rows, squares=squares, zero=runtime_zero_of(columns[0])):
+                return tuple(acc + (rounded(row * row, zero) if square else row)
+                             for acc, row, square in zip(accs, rows, squares)), None
+
+            init = tuple(jnp.zeros(c.shape[1:], dtype) for c in columns)
+            totals, _ = lax.scan(add_row, init, columns, unroll=min(_UNROLL, length))
+            scanned += totals
+            for i, total in zip(group, totals):
+                out[i] = total
     return out, scanned  # type: ignore[return-value]
 
 
@@ -142,6 +171,12 @@ def _lanes(dtype) -> tuple[int, int]:
     """(``Vectorized<T>::size()`` of the AVX2 kernel, the compiler's block width in the scalar tail)."""
     itemsize = jnp.dtype(dtype).itemsize
     return 32 // itemsize, 16 // itemsize
+
+
+def _sign_bit(total: jax.Array) -> jax.Array:
+    """The sign bit of a float scalar, as an int32 0 or 1."""
+    bits = lax.bitcast_convert_type(total, _INT[jnp.dtype(total.dtype).itemsize])
+    return lax.shift_right_logical(bits, jnp.asarray(8 * bits.dtype.itemsize - 1, bits.dtype)).astype(jnp.int32)
 
 
 def _opaque_zero(sums: list[jax.Array], xs: list[jax.Array]) -> jax.Array:
@@ -154,8 +189,7 @@ def _opaque_zero(sums: list[jax.Array], xs: list[jax.Array]) -> jax.Array:
     """
     for total in sums:
         if total.size:
-            bits = lax.bitcast_convert_type(total.reshape(-1)[0], _INT[jnp.dtype(total.dtype).itemsize])
-            return lax.shift_right_logical(bits, jnp.asarray(8 * bits.dtype.itemsize - 1, bits.dtype)).astype(jnp.int32)
+            return _sign_bit(total.reshape(-1)[0])
     return runtime_zero_of(jnp.concatenate([x.reshape(-1) for x in xs]))
 
 
@@ -195,11 +229,10 @@ def _fma_square(a: jax.Array, acc: jax.Array, zero: jax.Array) -> jax.Array:
 
 
 def _norm_two_lanes(x: jax.Array) -> jax.Array:
-    """The lanes of torch's vectorised ``ord=2`` kernel: rows of ``Vectorized`` squares (rounded)."""
+    """The lanes of torch's vectorised ``ord=2`` kernel: rows of one ``Vectorized`` each (squared in the scan)."""
     lanes, _ = _lanes(x.dtype)
     m = x.shape[0] - x.shape[0] % lanes
-    # Stored before the scan reads them, so each square is rounded on its own.
-    return (x[:m] * x[:m]).reshape(-1, lanes)
+    return x[:m].reshape(-1, lanes)
 
 
 def _norm_two_finish(lane_sums: jax.Array, tail: jax.Array, zero: jax.Array) -> jax.Array:
@@ -265,6 +298,7 @@ def _vector_norms(xs: tuple[jax.Array, ...], ord: float, threads: int) -> list[j
     flat = [jnp.asarray(x).reshape(-1) for x in xs]
     results: list[jax.Array | None] = [None] * len(flat)
     blocks: list[jax.Array] = []
+    squared: list[bool] = []
     plans: list[tuple] = []
     for i, x in enumerate(flat):
         a = jnp.abs(x)
@@ -281,12 +315,14 @@ def _vector_norms(xs: tuple[jax.Array, ...], ord: float, threads: int) -> list[j
             lanes = _norm_two_lanes(x)
             plans.append((i, "two", len(blocks), x[lanes.size:]))
             blocks.append(lanes)
+            squared.append(True)
         else:
             terms = _terms(a, ord)
             ranges = _chunks(n, threads)
             plans.append((i, "seq", len(blocks), len(ranges), x.dtype))
             blocks += [terms[b:e, None] for b, e in ranges]
-    sums, scanned = _sequential_sums(blocks)
+            squared += [False] * len(ranges)
+    sums, scanned = _sequential_sums(blocks, squared)
     zero = _opaque_zero(scanned, flat)
     for plan in plans:
         if plan[1] == "two":
