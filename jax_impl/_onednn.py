@@ -696,20 +696,27 @@ def convolution(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tupl
 
 
 class _MatmulKernel:
-    """One oneDNN matmul primitive, ``C = A @ B`` on 2-D float32 views given by their strides, for one lane."""
+    """One oneDNN matmul primitive, ``C = A @ B (+ bias)`` on 2-D float32 views given by their strides, for
+    one lane; the bias is a row of ``n`` values added to every row of the sums."""
 
-    def __init__(self, m: int, k: int, n: int, a_strides, b_strides, c_strides) -> None:
+    def __init__(self, m: int, k: int, n: int, a_strides, b_strides, c_strides, bias: bool = False) -> None:
         lib, (engine, _) = library(), _engine()
-        descs = (_strided_desc((m, k), a_strides), _strided_desc((k, n), b_strides), _strided_desc((m, n), c_strides))
+        descs = [_strided_desc((m, k), a_strides), _strided_desc((k, n), b_strides), _strided_desc((m, n), c_strides)]
+        bias_desc = _strided_desc((1, n), (n, 1)) if bias else None
         self.pd = _P()
-        _check(lib.dnnl_matmul_primitive_desc_create(ctypes.byref(self.pd), engine, descs[0], descs[1], None,
+        _check(lib.dnnl_matmul_primitive_desc_create(ctypes.byref(self.pd), engine, descs[0], descs[1], bias_desc,
                                                      descs[2], _user_scratchpad()), "matmul")
+        args = [_ARG_SRC, _ARG_WEIGHTS, _ARG_DST]
+        if bias:
+            descs.append(bias_desc)
+            args.append(_ARG_BIAS)
         self._memories = [_memory(d, _P(0)) for d in descs]
-        self._execute = _Primitive(self.pd).bound(list(zip((_ARG_SRC, _ARG_WEIGHTS, _ARG_DST), self._memories)))
+        self._execute = _Primitive(self.pd).bound(list(zip(args, self._memories)))
 
-    def run(self, a: int, b: int, c: int) -> None:
+    def run(self, a: int, b: int, c: int, bias: int | None = None) -> None:
         quick = _quick()
-        for memory, address in zip(self._memories, (a, b, c)):
+        addresses = (a, b, c) if bias is None else (a, b, c, bias)
+        for memory, address in zip(self._memories, addresses):
             quick.dnnl_memory_set_data_handle(memory, _P(address))
         self._execute()
         quick.dnnl_stream_wait(_engine()[1])
@@ -729,20 +736,21 @@ class Matmul:
     with whole sums over ``K`` run by oneDNN on one thread (the lanes of :class:`Convolution`).
     """
 
-    def __init__(self, m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> None:
+    def __init__(self, m: int, k: int, n: int, transpose_a: bool, transpose_b: bool, bias: bool = False) -> None:
         a_strides = (1, m) if transpose_a else (k, 1)
         b_strides = (1, k) if transpose_b else (n, 1)
         a_row, b_column = 4 * (1 if transpose_a else k), 4 * (k if transpose_b else 1)  # bytes per step
         if m >= n:
             parts = _bounds(m, max(1, min(workers(), m)))
-            plan = [(size, n, lo * a_row, 0, 4 * lo * n) for lo, size in parts]  # rows of op(A) and C
+            plan = [(size, n, lo * a_row, 0, 4 * lo * n, 0) for lo, size in parts]  # rows of op(A) and C
         else:
             parts = _bounds(n, max(1, min(workers(), n // _COLUMN_BLOCK)), _COLUMN_BLOCK)
-            plan = [(m, size, 0, lo * b_column, 4 * lo) for lo, size in parts]  # columns of op(B) and C
+            plan = [(m, size, 0, lo * b_column, 4 * lo, 4 * lo) for lo, size in parts]  # columns of op(B), C, bias
+        self._bias = bias
         self._plan = []
-        for i, (rows, cols, da, db, dc) in enumerate(plan):
-            kernel = _on_lane(i, _MatmulKernel, rows, k, cols, a_strides, b_strides, (n, 1)).result()
-            self._plan.append((kernel, da, db, dc))
+        for i, (rows, cols, da, db, dc, dbias) in enumerate(plan):
+            kernel = _on_lane(i, _MatmulKernel, rows, k, cols, a_strides, b_strides, (n, 1), bias).result()
+            self._plan.append((kernel, da, db, dc, dbias))
 
     def implementation(self) -> str:
         """oneDNN's name of the kernel it chose (``brg:avx512_core``, ...)."""
@@ -750,15 +758,19 @@ class Matmul:
         library().dnnl_primitive_desc_query(self._plan[0][0].pd, _QUERY_IMPL_INFO_STR, 0, ctypes.byref(s))
         return s.value.decode()
 
-    def __call__(self, a: int, b: int, c: int) -> None:
-        """Write ``op(A) @ op(B)`` at address ``c`` from the arrays at ``a`` and ``b``."""
-        _run_parts([(kernel.run, a + da, b + db, c + dc) for kernel, da, db, dc in self._plan])
+    def __call__(self, a: int, b: int, c: int, bias: int | None = None) -> None:
+        """Write ``op(A) @ op(B)`` (plus the ``n`` values at ``bias`` on every row, for a :class:`Matmul`
+        made with ``bias``) at address ``c`` from the arrays at ``a`` and ``b``."""
+        if (bias is not None) != self._bias:
+            raise ValueError("a bias address is given exactly when the Matmul was made with bias=True")
+        _run_parts([(kernel.run, a + da, b + db, c + dc, None if bias is None else bias + dbias)
+                    for kernel, da, db, dc, dbias in self._plan])
 
 
 @functools.lru_cache(maxsize=512)
-def matmul(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool) -> Matmul:
+def matmul(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool, bias: bool = False) -> Matmul:
     """The cached :class:`Matmul` of a shape (its primitives are created once)."""
-    return Matmul(m, k, n, transpose_a, transpose_b)
+    return Matmul(m, k, n, transpose_a, transpose_b, bias)
 
 
 # dnnl_types.h: RNN directions, the workspace query and the RNN execution arguments.

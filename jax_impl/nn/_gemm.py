@@ -109,7 +109,11 @@ def linear(x, weight, bias):
         from jax_impl.nn import _matmul_onednn  # imports jax's AD internals: only when the route is taken
 
         k, n = x.shape[-1], weight.shape[0]
-        y = _matmul_onednn.matmul(x.reshape(-1, k), weight, transpose_b=True).reshape(*x.shape[:-1], n)
+        rows = x.reshape(-1, k)
+        if bias is not None and bias.dtype == jnp.float32 and bias.shape == (n,):
+            # The bias joins the sums inside the kernel, as torch's addmm: the product is written once.
+            return _matmul_onednn.matmul_bias(rows, weight, bias, transpose_b=True).reshape(*x.shape[:-1], n)
+        y = _matmul_onednn.matmul(rows, weight, transpose_b=True).reshape(*x.shape[:-1], n)
     else:
         y = jnp.matmul(x, weight.T, precision=_precision.matmul(jnp.result_type(x, weight)))
     return y if bias is None else y + bias
