@@ -194,6 +194,37 @@ class Engine:
                 self._ahead = (following, _background().submit(_draw_ahead, copy, *following))
         return mask
 
+    def bernoulli_many(self, requests: tuple[tuple[int, float], ...]) -> list[np.ndarray]:
+        """:meth:`bernoulli` for each ``(n, p)`` of ``requests`` in turn: the same masks, from one draw of
+        all their words.
+
+        A jitted training step draws its dropout masks together before each
+        call (:mod:`jax_impl.random.host_draws`), the same list every step. So
+        after serving a list of at least :data:`DRAW_AHEAD_MIN` elements the
+        engine draws the same list again on a background thread, from a copy of
+        the state, while the step runs; if the next request is that list, its
+        masks and the copy's final state are taken. Any other draw or seeding
+        drops it: the stream is the same either way.
+        """
+        key = ("many", requests)
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+            self._last = None
+            if ahead is not None and ahead[0] == key:
+                masks, state = ahead[1].result()
+                self._bitgen.state = state
+                self._pending_next = None
+            else:
+                total = sum(n for n, _ in requests)
+                if total > 0:  # an empty draw leaves torch's fields as they are
+                    self._pending_next = None
+                masks = _bernoulli_segments(_words32(self._bitgen, 2 * total), requests)
+            if sum(n for n, _ in requests) >= DRAW_AHEAD_MIN:
+                copy = np.random.MT19937(0)
+                copy.state = self._bitgen.state
+                self._ahead = (key, _background().submit(_draw_many_ahead, copy, requests))
+        return masks
+
     def raw64(self, n: int) -> np.ndarray:
         """``random64()`` x n: ``(first << 32) | second`` (``make64BitsFrom32Bits``)."""
         w = self.raw_words(2 * n)
@@ -228,6 +259,20 @@ def _background() -> concurrent.futures.ThreadPoolExecutor:
 def _draw_ahead(bitgen: np.random.MT19937, n: int, p: float) -> tuple[np.ndarray, dict]:
     # numpy's draws and ufuncs release the GIL: this runs beside the caller's Python.
     return _bernoulli_bits(_words32(bitgen, 2 * n), p), bitgen.state
+
+
+def _draw_many_ahead(bitgen: np.random.MT19937, requests: tuple[tuple[int, float], ...]
+                     ) -> tuple[list[np.ndarray], dict]:
+    return _bernoulli_segments(_words32(bitgen, 2 * sum(n for n, _ in requests)), requests), bitgen.state
+
+
+def _bernoulli_segments(words: np.ndarray, requests: tuple[tuple[int, float], ...]) -> list[np.ndarray]:
+    """:func:`_bernoulli_bits` of each request's ``2n`` words, taken from ``words`` in order."""
+    masks, start = [], 0
+    for n, p in requests:
+        masks.append(_bernoulli_bits(words[start:start + 2 * n], p))
+        start += 2 * n
+    return masks
 
 
 def _words32(bitgen: np.random.MT19937, n: int) -> np.ndarray:
@@ -358,6 +403,11 @@ def bernoulli(engine: Engine, n: int, p: float) -> np.ndarray:
     where ``(r & (2**53 - 1)) * 2**-53 < p`` in double, whatever the tensor's dtype.
     """
     return engine.bernoulli(n, p)
+
+
+def bernoulli_many(engine: Engine, requests: tuple[tuple[int, float], ...]) -> list[np.ndarray]:
+    """:func:`bernoulli` for each ``(n, p)`` in turn (the same masks), drawn together."""
+    return engine.bernoulli_many(tuple((int(n), float(p)) for n, p in requests))
 
 
 def multinomial(

@@ -403,6 +403,18 @@ class Generator:
         return _rng.bernoulli(self._engine, math.prod(shape), p).reshape(shape)
 
     @_after_staged_draws
+    def bernoulli_many(self, requests: Sequence[tuple[int | Sequence[int], float]]) -> list[np.ndarray]:
+        """``[g.bernoulli(size, p) for size, p in requests]``, the same masks, drawn together (one pass of
+        the engine over all their words; see :meth:`jax_impl.random._torch_rng.Engine.bernoulli_many`).
+
+        Every ``p`` is checked before anything is drawn.
+        """
+        shapes = [_shape(size) for size, _ in requests]
+        ps = [_check_probability(p) for _, p in requests]
+        masks = _rng.bernoulli_many(self._engine, tuple((math.prod(s), p) for s, p in zip(shapes, ps)))
+        return [mask.reshape(shape) for mask, shape in zip(masks, shapes)]
+
+    @_after_staged_draws
     def normal(self, size: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
                dtype: Any = np.float32) -> np.ndarray:
         """``torch.empty(size, dtype=dtype).normal_(mean, std, generator=g)`` on CPU, bit for bit.

@@ -48,6 +48,26 @@ class Draw(NamedTuple):
         return f"{self.method}{self.args}"
 
 
+def _draw_plan(plan: Sequence[tuple[Any, Draw]]) -> tuple[np.ndarray, ...]:
+    """The plan's draws on the host, in order. Consecutive bernoulli draws of one generator are drawn
+    together (:meth:`~jax_impl.random.Generator.bernoulli_many`): the same masks, one engine call."""
+    arrays: list[np.ndarray] = []
+    i = 0
+    while i < len(plan):
+        generator, draw = plan[i]
+        j = i + 1
+        if draw.method == "bernoulli" and hasattr(generator, "bernoulli_many"):
+            while j < len(plan) and plan[j][0] is generator and plan[j][1].method == "bernoulli":
+                j += 1
+        if j - i > 1:
+            masks = generator.bernoulli_many([d.args for _, d in plan[i:j]])
+            arrays += [np.asarray(m).astype(d.dtype, copy=False) for m, (_, d) in zip(masks, plan[i:j])]
+        else:
+            arrays.append(np.asarray(draw.run(generator)).astype(draw.dtype, copy=False))
+        i = j
+    return tuple(arrays)
+
+
 @contextlib.contextmanager
 def _mode(mode: tuple[str, Any]) -> Iterator[None]:
     outer = getattr(_STATE, "mode", None)
@@ -172,7 +192,7 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
         plan, run = entry(args)
         if not plan:
             return run(*args)
-        return run(tuple(np.asarray(draw.run(generator)).astype(draw.dtype) for generator, draw in plan), *args)
+        return run(_draw_plan(plan), *args)
 
     def lower(*args: Any) -> Any:
         """``jax.jit(...).lower`` of the compiled function for these arguments (its draws as abstract

@@ -284,18 +284,23 @@ def test_old_paths_name_the_same_generator() -> None:
 
 
 def test_masks_drawn_ahead_keep_torchs_stream():
-    """The engine draws the next dropout-sized mask ahead on a background thread (``Engine.bernoulli``);
-    interleaved with other draws, reseeding and state reads in a seeded random order, every mask and
-    every state stays torch's."""
+    """The engine draws the next dropout-sized mask, or list of masks (``bernoulli_many``, a jitted step's),
+    ahead on a background thread; interleaved with other draws, reseeding and state reads in a seeded
+    random order, every mask and every state stays torch's."""
     rng = np.random.default_rng(0)
     large = (_torch_rng.DRAW_AHEAD_MIN + 17,)
+    plan = [(large, 0.1), ((10, 10), 0.3), ((300, 257), 0.5), (large, 0.1)]
     for trial in range(12):
         ours, theirs = Generator(), torch.Generator()
         ours.manual_seed(trial)
         theirs.manual_seed(trial)
         for _ in range(14):
-            op = int(rng.integers(0, 7))
-            if op <= 2:  # the repeating pattern a step draws, and a small mask that is never drawn ahead
+            op = int(rng.integers(0, 8))
+            if op == 7:
+                expected = [torch.empty(shape).bernoulli_(p, generator=theirs).bool().numpy() for shape, p in plan]
+                for mine, want in zip(ours.bernoulli_many(plan), expected, strict=True):
+                    np.testing.assert_array_equal(mine, want)
+            elif op <= 2:  # the repeating pattern a step draws, and a small mask that is never drawn ahead
                 shape, p = [(large, 0.75), ((300, 257), 0.5), ((10, 10), 0.3)][op]
                 expected = torch.empty(shape).bernoulli_(p, generator=theirs).bool().numpy()
                 np.testing.assert_array_equal(ours.bernoulli(shape, p), expected)
