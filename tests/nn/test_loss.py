@@ -386,8 +386,7 @@ def _nll_t(a, *rest, **kw):
     return TF.nll_loss(TF.log_softmax(a, 0 if a.ndim == 1 else 1), *rest, **kw)
 
 
-@pytest.mark.parametrize("shape", [(7,), (5, 7), (3, 7, 4)])
-@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize(("shape", "weighted"), [((7,), False), ((5, 7), True), ((3, 7, 4), False), ((3, 7, 4), True)])
 def test_nll_loss_forward_mode_matches_torch(shape, weighted):
     """nll_loss's tangent (a masked sum over classes, whose transpose is a select) against torch.func.jvp,
     ignored targets included; and its reverse-mode gradient stores no scatter of the input's size."""
