@@ -22,6 +22,7 @@ import concurrent.futures
 import math
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -179,19 +180,12 @@ class Engine:
             if self._last is not None:
                 self._successor[self._last] = key
             self._last = key
-            if ahead is not None and ahead[0] == key:
-                mask, state = ahead[1].result()
-                self._bitgen.state = state
-                self._pending_next = None
-            else:
-                if n > 0:  # an empty draw leaves torch's fields as they are
-                    self._pending_next = None
-                mask = _bernoulli_bits(_words32(self._bitgen, 2 * n), p)
+            mask = self._taken(ahead, key)
+            if mask is None:
+                mask = _bernoulli_bits(self._words_for(n), p)
             following = self._successor.get(key)
             if following is not None and following[0] >= DRAW_AHEAD_MIN:
-                copy = np.random.MT19937(0)
-                copy.state = self._bitgen.state
-                self._ahead = (following, _background().submit(_draw_ahead, copy, *following))
+                self._start_ahead(following, _draw_ahead, *following)
         return mask
 
     def bernoulli_many(self, requests: tuple[tuple[int, float], ...]) -> list[np.ndarray]:
@@ -207,23 +201,37 @@ class Engine:
         drops it: the stream is the same either way.
         """
         key = ("many", requests)
+        total = sum(n for n, _ in requests)
         with self._lock:
             ahead, self._ahead = self._ahead, None
             self._last = None
-            if ahead is not None and ahead[0] == key:
-                masks, state = ahead[1].result()
-                self._bitgen.state = state
-                self._pending_next = None
-            else:
-                total = sum(n for n, _ in requests)
-                if total > 0:  # an empty draw leaves torch's fields as they are
-                    self._pending_next = None
-                masks = _bernoulli_segments(_words32(self._bitgen, 2 * total), requests)
-            if sum(n for n, _ in requests) >= DRAW_AHEAD_MIN:
-                copy = np.random.MT19937(0)
-                copy.state = self._bitgen.state
-                self._ahead = (key, _background().submit(_draw_many_ahead, copy, requests))
+            masks = self._taken(ahead, key)
+            if masks is None:
+                masks = _bernoulli_segments(self._words_for(total), requests)
+            if total >= DRAW_AHEAD_MIN:
+                self._start_ahead(key, _draw_many_ahead, requests)
         return masks
+
+    def _taken(self, ahead: tuple | None, key: object):
+        """What was drawn ahead for ``key`` (the engine then takes the copy's final state), else ``None``."""
+        if ahead is None or ahead[0] != key:
+            return None
+        value, state = ahead[1].result()
+        self._bitgen.state = state
+        self._pending_next = None
+        return value
+
+    def _words_for(self, elements: int) -> np.ndarray:
+        """The ``2 * elements`` words (two per ``random64()``) of bernoulli draws, from the live state."""
+        if elements > 0:  # an empty draw leaves torch's fields as they are
+            self._pending_next = None
+        return _words32(self._bitgen, 2 * elements)
+
+    def _start_ahead(self, key: object, draw: Callable, *args) -> None:
+        """``draw(copy, *args)`` on the background thread from a copy of the state, kept for ``key``."""
+        copy = np.random.MT19937(0)
+        copy.state = self._bitgen.state
+        self._ahead = (key, _background().submit(draw, copy, *args))
 
     def raw64(self, n: int) -> np.ndarray:
         """``random64()`` x n: ``(first << 32) | second`` (``make64BitsFrom32Bits``)."""
