@@ -39,8 +39,6 @@ from jax_impl.nn._materialize import results_in_memory
 __all__ = ["matmul", "matmul_bias", "registered"]
 
 _TARGET = "jax_impl_onednn_matmul"
-
-
 _TARGET_BIAS = "jax_impl_onednn_matmul_bias"
 
 
