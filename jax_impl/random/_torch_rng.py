@@ -22,7 +22,6 @@ import concurrent.futures
 import math
 import os
 import threading
-from collections.abc import Callable
 
 import numpy as np
 
@@ -180,12 +179,11 @@ class Engine:
             if self._last is not None:
                 self._successor[self._last] = key
             self._last = key
-            mask = self._taken(ahead, key)
-            if mask is None:
-                mask = _bernoulli_bits(self._words_for(n), p)
+            masks = self._taken(ahead, key)
+            mask = _bernoulli_bits(self._words_for(n), p) if masks is None else masks[0]
             following = self._successor.get(key)
             if following is not None and following[0] >= DRAW_AHEAD_MIN:
-                self._start_ahead(following, _draw_ahead, *following)
+                self._start_ahead(following, (following,))
         return mask
 
     def bernoulli_many(self, requests: tuple[tuple[int, float], ...]) -> list[np.ndarray]:
@@ -209,7 +207,7 @@ class Engine:
             if masks is None:
                 masks = _bernoulli_segments(self._words_for(total), requests)
             if total >= DRAW_AHEAD_MIN:
-                self._start_ahead(key, _draw_many_ahead, requests)
+                self._start_ahead(key, requests)
         return masks
 
     def _taken(self, ahead: tuple | None, key: object):
@@ -227,11 +225,11 @@ class Engine:
             self._pending_next = None
         return _words32(self._bitgen, 2 * elements)
 
-    def _start_ahead(self, key: object, draw: Callable, *args) -> None:
-        """``draw(copy, *args)`` on the background thread from a copy of the state, kept for ``key``."""
+    def _start_ahead(self, key: object, requests: tuple[tuple[int, float], ...]) -> None:
+        """The masks of ``requests`` drawn on the background thread from a copy of the state, kept for ``key``."""
         copy = np.random.MT19937(0)
         copy.state = self._bitgen.state
-        self._ahead = (key, _background().submit(draw, copy, *args))
+        self._ahead = (key, _background().submit(_draw_ahead, copy, requests))
 
     def raw64(self, n: int) -> np.ndarray:
         """``random64()`` x n: ``(first << 32) | second`` (``make64BitsFrom32Bits``)."""
@@ -264,13 +262,9 @@ def _background() -> concurrent.futures.ThreadPoolExecutor:
     return _BACKGROUND[1]
 
 
-def _draw_ahead(bitgen: np.random.MT19937, n: int, p: float) -> tuple[np.ndarray, dict]:
+def _draw_ahead(bitgen: np.random.MT19937, requests: tuple[tuple[int, float], ...]
+                ) -> tuple[list[np.ndarray], dict]:
     # numpy's draws and ufuncs release the GIL: this runs beside the caller's Python.
-    return _bernoulli_bits(_words32(bitgen, 2 * n), p), bitgen.state
-
-
-def _draw_many_ahead(bitgen: np.random.MT19937, requests: tuple[tuple[int, float], ...]
-                     ) -> tuple[list[np.ndarray], dict]:
     return _bernoulli_segments(_words32(bitgen, 2 * sum(n for n, _ in requests)), requests), bitgen.state
 
 
