@@ -3,6 +3,12 @@ import os
 import shutil
 import tempfile
 
+# Two pytest-xdist workers share two cores, and each one's OpenMP team (torch's, libgomp) spins on its cores
+# between parallel regions by default: on a loaded machine the spinning takes the core from the other worker's
+# test. Passive waiting (a team sleeps at once) changes no result, only who gets the core. Set before torch
+# or oneDNN loads libgomp, which reads it once; the workers inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import jax_impl  # noqa: F401  (first: sets XLA:CPU flags before jax's backend starts, see jax_impl/_xla_cpu.py)
 
 from hypothesis import settings
