@@ -56,8 +56,15 @@ def test_one_lbfgs_step_float64_matches_torch():
     assert value <= 1e-12, (name, value)
 
 
+@pytest.fixture(scope="module")
+def float64_runs():
+    """``(JAX's, torch's)`` five-step float64 runs, shared by the slow tests (one LBFGS step after another:
+    the first three steps of a five-step run are the three-step run's, every record)."""
+    return _jax(steps=5), _torch(steps=5)
+
+
 @pytest.mark.slow
-def test_three_lbfgs_steps_float64_match_torch():
+def test_three_lbfgs_steps_float64_match_torch(float64_runs):
     """Three LBFGS steps, 60 closure evaluations: every closure value, test loss and the model after each step
     within 1e-10 of torch's relative to their scale (measured 7.9e-11 on the test loss, 1.5e-11 on the closure
     values; measured on AVX-512 with torch's default paths: where torch takes other CPU paths it moves farther
@@ -67,8 +74,11 @@ def test_three_lbfgs_steps_float64_match_torch():
     last bits by about 100 (ours from torch: 6e-16, 1.3e-13, 1.5e-11, 1.1e-9, 2.3e-6 on the closure values
     after steps 1 to 5), and torch is not that close to itself: its own run with MKL's SSE4.2 kernels is
     2.9e-12 from its default run after three steps, with ATEN_CPU_CAPABILITY=default 2.4e-4. The test below
-    holds ours within torch's own spread over five steps."""
-    ours, theirs = _jax(steps=3), _torch(steps=3)
+    holds ours within torch's own spread over five steps.
+
+    The first three steps of the five-step runs (``float64_runs``): a step's records do not depend on the
+    steps after it."""
+    ours, theirs = (run[:3] for run in float64_runs)
     assert [h["func_evals"] for h in ours] == [h["func_evals"] for h in theirs] == [20, 40, 60]
     name, value = worst(ours, theirs)
     assert value <= 1e-10, (name, value)
@@ -104,25 +114,25 @@ def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray
 
 
 @pytest.mark.slow
-def test_five_lbfgs_steps_float64_within_torchs_own_spread():
+def test_five_lbfgs_steps_float64_within_torchs_own_spread(float64_runs):
     """Five steps (100 closure evaluations): ours no farther from torch's default run than torch's own run on
     another CPU path (ATen's default kernels), as tests/optim/test_lbfgs.py measures LBFGS itself. Measured:
     ours 2.3e-6 (closure values), torch's own 1.1e-1 (ATen default) and 2.2e-7 (MKL's SSE4.2 kernels, not run
     here: the widest of torch's paths sets the spread)."""
-    reference = _torch(steps=5)
-    ours = worst(_jax(steps=5), reference)[1]
+    run, reference = float64_runs
+    ours = worst(run, reference)[1]
     spread = worst(_torch_variant(5, {"ATEN_CPU_CAPABILITY": "default"}), reference)[1]
     assert ours <= spread, (ours, spread)
 
 
 @pytest.mark.slow
-def test_three_lbfgs_steps_float32_within_torchs_floor():
+def test_three_lbfgs_steps_float32_within_torchs_floor(float64_runs):
     """float32, three steps: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its
     float64 run, grouped as parity.compare_runs groups them (a step's tensors against their worst floor, scalars
     against the worst scalar floor so far). Measured: largest ratio 2.3 (the model after the third step); the
-    same 60 closure evaluations."""
+    same 60 closure evaluations. torch's float64 run: the first three steps of ``float64_runs``."""
     torch32 = _torch(steps=3, dtype="float32")
-    torch64 = _torch(steps=3, dtype="float64")
+    torch64 = float64_runs[1][:3]
     ratios = floor_ratios(_jax(steps=3, dtype="float32"), torch32, torch64)
     over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
     assert not over, over
