@@ -9,6 +9,18 @@ import tempfile
 # or oneDNN loads libgomp, which reads it once; the workers inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Most of a test's time is XLA compiling what it runs, and many tests compile the same programs: functions
+# made anew per test case trace to the same HLO, both pytest-xdist workers compile the same small operations,
+# and the slow tier repeats the default tier's. One JAX persistent compilation cache for every test process of
+# this checkout (both workers, both tiers, the subprocesses tests start) compiles each program once. Entries
+# are keyed on the program, XLA_FLAGS, jaxlib and the devices; a size limit turns on JAX's LRU eviction and
+# its file lock, which the two workers need to write beside each other. A user's own cache setting stands.
+_JAX_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_jax_cache")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
+
 import jax_impl  # noqa: F401  (first: sets XLA:CPU flags before jax's backend starts, see jax_impl/_xla_cpu.py)
 
 from hypothesis import settings
@@ -21,9 +33,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-# `parity run` keeps compiled steps in a persistent cache (parity/compile_cache.py): the tests' runs share
-# one of their own, never the user's ~/.cache, and it goes when the session ends. Each pytest-xdist
-# worker makes its own (a worker inherits the environment of the process that started it).
+# `parity run` keeps compiled steps in a persistent cache (parity/compile_cache.py), or in JAX's own when one
+# is set (the one above). Where a test puts JAX's aside (tests/parity/test_compile_cache.py), its runs share
+# one of their own, never the user's ~/.cache, and it goes when the session ends. Each pytest-xdist worker
+# makes its own (a worker inherits the environment of the process that started it).
 _OWNER = "PARITY_TEST_CACHE_OWNER"
 if "PARITY_CACHE_DIR" not in os.environ or os.environ.get(_OWNER, str(os.getpid())) != str(os.getpid()):
     os.environ["PARITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="parity-test-cache-")

@@ -11,6 +11,25 @@ import parity.compile_cache as cc
 from parity.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _no_jax_cache_of_the_users(monkeypatch):
+    """These tests are about parity's own cache, which steps aside for a JAX cache the user set: the test
+    session's (tests/conftest.py) is put aside for them, in this process and the ones it starts."""
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    settings = {"jax_compilation_cache_dir": None, "jax_compilation_cache_max_size": -1}  # JAX's defaults
+    for name in settings:
+        monkeypatch.delenv(name.upper(), raising=False)
+    before = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    jax_cache.reset_cache()
+    yield
+    for name, value in before.items():
+        jax.config.update(name, value)
+    jax_cache.reset_cache()
+
+
 def test_default_location_and_opt_out(monkeypatch, tmp_path):
     monkeypatch.delenv("PARITY_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
