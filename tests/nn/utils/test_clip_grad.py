@@ -94,12 +94,17 @@ def test_vector_norms_match_torch_per_size(norm_type, sizes):
 @pytest.mark.slow
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 0.5])
 def test_clip_grad_norm_wide_trees_match_torch(norm_type):
-    """Many tensors of mixed sizes (the norm of 100+ norms goes through the same kernel), under jax.jit too."""
+    """Many tensors of mixed sizes (the norm of 100+ norms goes through the same kernel), under jax.jit too.
+
+    Eagerly in the 2-norm only: each eager run compiles every op for each of the ~48 sizes (about 4 s of
+    CPU), and the other norm types' eager kernels per size are test_vector_norms_match_torch_per_size's.
+    """
     rng = np.random.default_rng(11)
     sizes = rng.choice(_SIZES[:48], size=120)
     grads = [(rng.standard_normal(int(n)) * 10 ** rng.uniform(-3, 1)).astype(np.float32) for n in sizes]
     t_total, t_grads = _torch_clip(grads, torch.nn.utils.clip_grad_norm_, 0.5, norm_type)
-    for fn in (clip_grad_norm_, jax.jit(clip_grad_norm_, static_argnums=(1, 2))):
+    jitted = jax.jit(clip_grad_norm_, static_argnums=(1, 2))
+    for fn in (clip_grad_norm_, jitted) if norm_type == 2.0 else (jitted,):
         total, clipped = fn([jnp.asarray(g) for g in grads], 0.5, norm_type)
         assert _ulps(total, t_total.numpy()) == 0
         for mine, theirs in zip(clipped, t_grads):

@@ -105,10 +105,15 @@ def _check(seed):
 # The default tier's seed: unsorted with ties, time-first, total_length, float64 gradients; the slow tier
 # adds batch_first, lengths shorter than the padding, NaN padding, left padding, int64 and float32.
 _FAST_SEEDS = {16}
+# Of seeds 0-59, these 22 (a greedy cover starting from the default tier's) meet every pair of option values
+# that the 60 meet: dtype, batch_first, enforce_sorted, padding_value, padding_side, total_length (none, equal
+# to the steps, longer), how the lengths come (list, numpy, jax), lengths shorter than the steps, the number
+# of trailing axes, batch 1 and one step. Each seed compiles its own eager shapes (about 0.5 s).
+_SEEDS = [0, 5, 6, 10, 11, 14, 15, 16, 17, 24, 25, 29, 30, 32, 34, 36, 37, 38, 44, 52, 57, 58]
 
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=() if s in _FAST_SEEDS else pytest.mark.slow)
-                                  for s in range(60)])
+                                  for s in _SEEDS])
 def test_grid_matches_torch(seed):
     with jax.enable_x64(True):
         _check(seed)
