@@ -35,6 +35,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 import jax_impl.optim
+from jax_impl.optim import _base
 from parity import compare  # noqa: F401  (re-exported for the test files)
 from parity.compare import ComparisonReport
 from parity.numerics import match_torch_sqrt, probe_torch_sqrt, sqrt_tolerances, strict_numerics
@@ -65,6 +66,27 @@ FALLBACK_RTOL = {"float32": 1e-5, "float64": 1e-12}
 
 # The torch execution-path flags that jax_impl rejects (they change torch's arithmetic).
 TORCH_ONLY_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+# A jitted step tabulates its host scalars when it is traced: up to _base._TABLE_STEPS = 32768 rows of
+# torch's float64 maths (Python; the fused optimizers' FMAs emulated), stopping early only where the scalars
+# converge (Adam's default betas in float32 after some 16.6k steps; float64 runs the whole table): 0.3-0.8 s
+# per optimizer built, more than its compile, in tests that run at most 1000 steps (check_long_trajectory).
+# tests/optim/conftest.py stops the table at TABLE_STEPS rows in every test but those of the table itself
+# (test_scalar_table.py, test_fixed_horizon.py): the rows a test reads are the same host maths, and a count
+# past the table takes the step's host callback, the path an open table (a scheduled lr's) takes in use.
+TABLE_STEPS = 1024
+
+
+@contextlib.contextmanager
+def short_scalar_tables(rows: int = TABLE_STEPS) -> Iterator[None]:
+    """Steps traced inside tabulate at most ``rows`` counts of host scalars (see :data:`TABLE_STEPS`)."""
+    previous = _base._TABLE_STEPS
+    _base._TABLE_STEPS = rows
+    try:
+        yield
+    finally:
+        _base._TABLE_STEPS = previous
 
 
 @functools.cache
