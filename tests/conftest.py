@@ -13,13 +13,23 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # made anew per test case trace to the same HLO, both pytest-xdist workers compile the same small operations,
 # and the slow tier repeats the default tier's. One JAX persistent compilation cache for every test process of
 # this checkout (both workers, both tiers, the subprocesses tests start) compiles each program once. Entries
-# are keyed on the program, XLA_FLAGS, jaxlib and the devices; a size limit turns on JAX's LRU eviction and
-# its file lock, which the two workers need to write beside each other. A user's own cache setting stands.
+# are keyed on the program, XLA_FLAGS, jaxlib and the devices. JAX's size limit is not used: it rescans the
+# whole folder on every write, which makes a run's writes quadratic in its entries; instead the folder is
+# emptied when a session starts with it over _JAX_CACHE_BYTES. A user's own cache setting stands.
 _JAX_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_jax_cache")
+_JAX_CACHE_BYTES = 2 << 30
+
+
+def _cache_bytes(folder: str) -> int:
+    with os.scandir(folder) as entries:
+        return sum(entry.stat().st_size for entry in entries if entry.is_file())
+
+
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    if os.path.isdir(_JAX_CACHE) and _cache_bytes(_JAX_CACHE) > _JAX_CACHE_BYTES:
+        shutil.rmtree(_JAX_CACHE, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
 
 import jax_impl  # noqa: F401  (first: sets XLA:CPU flags before jax's backend starts, see jax_impl/_xla_cpu.py)
 

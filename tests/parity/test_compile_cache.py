@@ -17,7 +17,7 @@ def _no_jax_cache_of_the_users(monkeypatch):
     session's (tests/conftest.py) is put aside for them, in this process and the ones it starts."""
     from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
-    settings = {"jax_compilation_cache_dir": None, "jax_compilation_cache_max_size": -1}  # JAX's defaults
+    settings = {"jax_compilation_cache_dir": None}  # JAX's default
     for name in settings:
         monkeypatch.delenv(name.upper(), raising=False)
     before = {name: getattr(jax.config, name) for name in settings}
