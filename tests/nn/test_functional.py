@@ -37,16 +37,19 @@ def _compare(jax_fn, torch_fn, arrays, rtol, atol, seed=0):
     ct = np.random.default_rng(seed).standard_normal(tuple(t_out.shape)).astype(np.float32)
     (t_out * torch.tensor(ct)).sum().backward()
 
-    j_in = [jnp.asarray(a) for a in arrays]
-    j_out = jax.jit(jax_fn)(*j_in)
+    def forward_and_grads(*xs):
+        out, vjp = jax.vjp(jax_fn, *xs)
+        return out, vjp(jnp.asarray(ct))
+
+    # One compilation of the forward and its VJP per example (two jits compile the forward twice;
+    # eagerly, every op of both compiles on its own).
+    j_out, grads = jax.jit(forward_and_grads)(*[jnp.asarray(a) for a in arrays])
     assert j_out.shape == tuple(t_out.shape)
     # atol scales with the largest |value|: float32 sums with cancellation lose
     # digits relative to the biggest term, not to each element.
     want = t_out.detach().numpy()
     np.testing.assert_allclose(np.asarray(j_out), want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max(initial=0.0)))
 
-    # jit: one compile per example is much faster than eager op-by-op dispatch.
-    grads = jax.jit(jax.grad(lambda *xs: jnp.sum(jax_fn(*xs) * ct), argnums=tuple(range(len(arrays)))))(*j_in)
     for g, t in zip(grads, t_in):
         want = t.grad.numpy()
         np.testing.assert_allclose(np.asarray(g), want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max(initial=0.0)))
@@ -288,15 +291,19 @@ def test_max_pool_return_indices_match_torch(nd, first, draws):
         if i < first:
             tuple(int(rng.integers(1, 6)) for _ in range(nd))  # the adaptive pool's output size, drawn as below
             continue
-        # jit: one compilation per shape instead of one per eager op (the gather path has dozens).
-        jv, ji = jax.jit(lambda x: getattr(F, f"max_pool{nd}d")(x, k, s, p, d, ceil_mode=ceil, return_indices=True))(x)
-        np.testing.assert_array_equal(np.asarray(jv), tv.numpy())
-        np.testing.assert_array_equal(np.asarray(ji), ti.numpy())
         out = tuple(int(rng.integers(1, 6)) for _ in range(nd))
-        tv, ti = getattr(TF, f"adaptive_max_pool{nd}d")(torch.tensor(x), out, return_indices=True)
-        jv, ji = jax.jit(lambda x: getattr(F, f"adaptive_max_pool{nd}d")(x, out, return_indices=True))(x)
+
+        def both_pools(x):
+            return (getattr(F, f"max_pool{nd}d")(x, k, s, p, d, ceil_mode=ceil, return_indices=True),
+                    getattr(F, f"adaptive_max_pool{nd}d")(x, out, return_indices=True))
+
+        # jit: one compilation per shape, both pools in it, instead of one per eager op (the gather path has dozens).
+        (jv, ji), (jav, jai) = jax.jit(both_pools)(x)
         np.testing.assert_array_equal(np.asarray(jv), tv.numpy())
         np.testing.assert_array_equal(np.asarray(ji), ti.numpy())
+        tv, ti = getattr(TF, f"adaptive_max_pool{nd}d")(torch.tensor(x), out, return_indices=True)
+        np.testing.assert_array_equal(np.asarray(jav), tv.numpy())
+        np.testing.assert_array_equal(np.asarray(jai), ti.numpy())
         checked += 1
     assert checked >= (draws - first) // 2
 
