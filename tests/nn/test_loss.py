@@ -443,7 +443,8 @@ def test_cross_entropy_all_ignored(smoothing, weighted, reduction):
         reduction=reduction,
         label_smoothing=smoothing,
     ).numpy()
-    got = F.cross_entropy(x, y, w, reduction=reduction, label_smoothing=smoothing)
+    # Jitted: one compilation (eagerly, each op compiles on its own).
+    got = jax.jit(functools.partial(F.cross_entropy, reduction=reduction, label_smoothing=smoothing))(x, y, w)
     np.testing.assert_array_equal(np.asarray(got), want)
     if reduction == "mean":
         assert np.isnan(want)
@@ -574,9 +575,12 @@ def test_kl_div_negative_and_nan_targets_match_torch(reduction):
         t_out = TF.kl_div(tx, tt, reduction=reduction)
         t_out.sum().backward()
         with jax.enable_x64(True):
-            out = F.kl_div(jnp.asarray(x), jnp.asarray(t), reduction=reduction)
-            gx, gt = jax.grad(lambda a, b: F.kl_div(a, b, reduction=reduction).sum(), argnums=(0, 1))(
-                jnp.asarray(x), jnp.asarray(t))
+            def loss(a, b):
+                out = F.kl_div(a, b, reduction=reduction)
+                return out.sum(), out
+
+            # One compilation of the loss and its gradient (eagerly, each op of both compiles on its own).
+            (gx, gt), out = jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True))(jnp.asarray(x), jnp.asarray(t))
     np.testing.assert_allclose(np.asarray(out), t_out.detach().numpy(), rtol=1e-15, equal_nan=True)
     np.testing.assert_allclose(np.asarray(gx), tx.grad.numpy(), rtol=1e-15, equal_nan=True)
     np.testing.assert_allclose(np.asarray(gt), tt.grad.numpy(), rtol=1e-15, equal_nan=True)
