@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 
 import jax_impl.nn as jnn
 import jax_impl.random as jr
@@ -99,12 +100,16 @@ def test_initial_state_unbatched_input_and_dropout_between_layers(name):
         torch.manual_seed(9)
         jr.manual_seed(9)
         t_out, _ = theirs(torch.tensor(x), hx_t)
-        out, _ = ours(jnp.asarray(x), hx_j)
+        # Jitted: one compilation per mode (eagerly, each op compiles on its own). The masks then come from
+        # the global stream through the staged draws, as in a jitted training step
+        # (tests/nn/test_dropout_torch_stream.py checks the eager and the staged draws against torch bitwise).
+        call = nnx.jit(lambda m, x, hx: m(x, hx)[0])
+        out = call(ours, jnp.asarray(x), hx_j)
         np.testing.assert_allclose(np.asarray(out), t_out.detach().numpy(), rtol=0, atol=1e-12)
         assert bytes(jr.get_rng_state()) == bytes(torch.get_rng_state().numpy())
         ours.eval()
         theirs.eval()
-        np.testing.assert_allclose(np.asarray(ours(jnp.asarray(x), hx_j)[0]),
+        np.testing.assert_allclose(np.asarray(call(ours, jnp.asarray(x), hx_j)),
                                    theirs(torch.tensor(x), hx_t)[0].detach().numpy(), rtol=0, atol=1e-12)
 
 
@@ -120,12 +125,14 @@ def test_cells_match_torch(name):
         x = np.random.default_rng(0).standard_normal((2, 4))
         h = None
         t_h = None
+        # Jitted: one compilation per input structure (eagerly, each op compiles on its own).
+        step = nnx.jit(lambda m, x, h: m(x, h))
         for _ in range(3):  # a time loop as the examples write it (LSTMCell in time-sequence prediction)
             t_h = theirs(torch.tensor(x), t_h)
-            h = ours(jnp.asarray(x), h)
+            h = step(ours, jnp.asarray(x), h)
         for a, b in zip(h if isinstance(h, tuple) else (h,), t_h if isinstance(t_h, tuple) else (t_h,)):
             np.testing.assert_allclose(np.asarray(a), b.detach().numpy(), rtol=0, atol=1e-12)
-        single = ours(jnp.asarray(x[0]))
+        single = nnx.jit(lambda m, x: m(x))(ours, jnp.asarray(x[0]))
         t_single = theirs(torch.tensor(x[0]))
         np.testing.assert_allclose(np.asarray(single[0] if isinstance(single, tuple) else single),
                                    (t_single[0] if isinstance(t_single, tuple) else t_single).detach().numpy(),
