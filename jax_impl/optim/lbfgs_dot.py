@@ -34,6 +34,17 @@ choices (``SSE4_2``, ``AVX``, ``COMPATIBLE``, CPUs without AVX2/FMA) take
 kernels that are not reproduced here, and :func:`torch_dot` falls back to
 ``np.dot`` for them.
 
+**CPUs not made by Intel** (AMD's, measured on an EPYC with AVX-512) take
+MKL's SSE2 kernel whatever the switches say (``"sse2"``): two float64 / four
+float32 lanes, four accumulators, no fused multiply-add (each product rounds,
+then each sum). The remainder goes to ``A0``: float64 in whole registers,
+then the last odd element into lane 0; float32 as above (``2 L``, ``L``, then
+the last ``r % L`` one by one into lane 0). The accumulators are summed in
+order, ``((A0 + A1) + A2) + A3``, then the lanes by halves (float64
+``S_0 + S_1``, float32 ``(S_0 + S_2) + (S_1 + S_3)``). Its thread split is not
+the one above and is not reproduced: lengths beyond 4095 / 8191 elements on
+more than one thread fall back to ``np.dot``.
+
 The fused multiply-adds are exact: each product is split error-free once
 (Dekker), and every step rounds ``A + x y`` once (TwoSum and rounding to odd
 for float64, a halfway check for float32, as :mod:`jax_impl.random.fma`);
@@ -73,15 +84,20 @@ _THREADED = {_F64: (4095, 11), _F32: (8191, 12)}
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset[str]:
+def _cpu_info() -> tuple[str, frozenset[str]]:
+    """The CPU's vendor (``GenuineIntel``, ``AuthenticAMD``, ...; empty where unknown) and its flags."""
+    vendor, flags = "", frozenset()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
+                if line.startswith("vendor_id") and not vendor:
+                    vendor = line.partition(":")[2].strip()
+                elif line.startswith("flags"):
+                    flags = frozenset(line.partition(":")[2].split())
+                    break
     except OSError:
         pass
-    return frozenset()
+    return vendor, flags
 
 
 def _requested(value: str) -> str | None:
@@ -97,12 +113,17 @@ def _requested(value: str) -> str | None:
 
 
 def mkl_dot_isa() -> str | None:
-    """The MKL dot kernel torch runs on this machine: ``"avx512"``, ``"avx2"``, or ``None`` (not reproduced).
+    """The MKL dot kernel torch runs on this machine: ``"avx512"``, ``"avx2"``, ``"sse2"``, or ``None`` (not
+    reproduced).
 
-    MKL takes the widest kernel the CPU supports (``avx512f``; ``avx2`` with
-    ``fma``), capped by ``MKL_ENABLE_INSTRUCTIONS`` and ``MKL_CBWR``.
+    On Intel CPUs MKL takes the widest kernel the CPU supports (``avx512f``;
+    ``avx2`` with ``fma``), capped by ``MKL_ENABLE_INSTRUCTIONS`` and
+    ``MKL_CBWR``. On other x86 CPUs it takes its SSE2 kernel, which those
+    switches do not change.
     """
-    flags = _cpu_flags()
+    vendor, flags = _cpu_info()
+    if vendor and vendor != "GenuineIntel":
+        return "sse2" if "sse2" in flags else None
     isa = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else None
     order = ["avx2", "avx512"]
     for var in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR"):
@@ -266,9 +287,40 @@ def _accumulate32(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _kernel_sse2(x: np.ndarray, y: np.ndarray):
+    """MKL's SSE2 dot on contiguous ``x``, ``y``: rounded products, summed as the module docstring says."""
+    dtype = x.dtype.type
+    lanes = 16 // x.itemsize
+    block = 4 * lanes
+    with np.errstate(all="ignore"):  # overflow to inf and inf - inf are MKL's results too
+        p = x * y
+        main = p.size - p.size % block
+        acc = np.zeros(block, dtype)  # +0 first, as MKL's accumulators: [-0] . [1] is +0
+        if main:
+            # cumsum runs sequentially down axis 0: block after block into each lane, as the kernel adds them.
+            acc = np.cumsum(np.concatenate([acc[None], p[:main].reshape(-1, block)]), axis=0, dtype=dtype)[-1]
+        acc = acc.reshape(4, lanes)
+        pos, rem = main, p.size - main
+        if dtype == _F64:
+            rows = [0] * (rem // lanes)
+        else:
+            rows = ([0, 1] if rem & 2 * lanes else []) + ([0] if rem & lanes else [])
+        for row in rows:
+            acc[row] = acc[row] + p[pos:pos + lanes]
+            pos += lanes
+        for k in range(pos, p.size):
+            acc[0, 0] = acc[0, 0] + p[k]
+        s = ((acc[0] + acc[1]) + acc[2]) + acc[3]
+        if dtype == _F64:
+            return s[0] + s[1]
+        return (s[0] + s[2]) + (s[1] + s[3])
+
+
 def _kernel(x: np.ndarray, y: np.ndarray, isa: str):
     """One call of ``mkl_blas_{isa}_x{d,s}dot`` on contiguous ``x``, ``y`` (see the module docstring)."""
     dtype = x.dtype.type
+    if isa == "sse2":
+        return _kernel_sse2(x, y)
     lanes = _LANES[(isa, dtype)]
     xs, ys = _steps(x, y, lanes)
     acc = _accumulate64(xs, ys) if dtype == _F64 else _accumulate32(xs, ys)
@@ -300,7 +352,7 @@ def torch_dot(x: np.ndarray, y: np.ndarray, *, num_threads: int | None = None, i
       num_threads: MKL's thread count, which is torch's ``torch.get_num_threads()``; ``None`` takes torch's
         default (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, else the physical cores). Only lengths above
         4095 (float64) / 8191 (float32) depend on it.
-      isa: the MKL kernel to reproduce: ``"avx512"``, ``"avx2"``, ``"auto"`` (:func:`mkl_dot_isa`), or
+      isa: the MKL kernel to reproduce: ``"avx512"``, ``"avx2"``, ``"sse2"``, ``"auto"`` (:func:`mkl_dot_isa`), or
         ``None`` for ``np.dot``.
 
     Returns:
@@ -320,8 +372,8 @@ def torch_dot(x: np.ndarray, y: np.ndarray, *, num_threads: int | None = None, i
         isa = mkl_dot_isa()
     if dtype not in (_F64, _F32) or isa is None:
         return np.dot(x, y)
-    if isa not in ("avx512", "avx2"):
-        raise ValueError(f"isa must be 'avx512', 'avx2', 'auto' or None, got {isa!r}")
+    if isa not in ("avx512", "avx2", "sse2"):
+        raise ValueError(f"isa must be 'avx512', 'avx2', 'sse2', 'auto' or None, got {isa!r}")
     n = x.size
     if n == 0:
         return dtype(0)
@@ -331,6 +383,8 @@ def torch_dot(x: np.ndarray, y: np.ndarray, *, num_threads: int | None = None, i
         threads = min((n + (1 << shift) - 1) >> shift, get_intra_op_threads() if num_threads is None else num_threads)
     if threads <= 1:
         return dtype(_kernel(x, y, isa))
+    if isa == "sse2":  # its thread split is not reproduced (module docstring)
+        return np.dot(x, y)
     q, extra = divmod(n, threads)
     total, start = None, 0
     for i in range(threads):

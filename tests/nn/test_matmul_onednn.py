@@ -21,6 +21,7 @@ import torch.nn.functional as TF
 from jax_impl.backends import mkldnn
 from jax_impl.nn import _gemm
 from jax_impl.nn import functional as F
+from tests.cpu import cpu_vendor
 
 pytestmark = pytest.mark.skipif(not mkldnn.is_available(), reason="oneDNN (onednn-cpu-gomp) is not installed")
 
@@ -131,9 +132,11 @@ def test_forward_mode_second_order_and_vmap_match_xla():
 @pytest.mark.parametrize("shape", [(1120, 256, 1000), (64, 32, 48), (33, 17, 5)])
 def test_bias_in_the_kernel_matches_torch_linear(shape):
     """``x @ W^T + b`` with the bias added inside oneDNN's kernel (what ``F.linear`` runs on the route)
-    against torch's ``F.linear`` (its ``addmm``): measured bit for bit on these shapes, the gradients
-    within 8.3e-7 of the largest magnitude (the bias's sum over rows, and the products, sum in other
-    orders than torch's); bound 1e-5, the route's."""
+    against torch's ``F.linear`` (its ``addmm``, MKL's sgemm): on Intel CPUs measured bit for bit on these
+    shapes; elsewhere MKL takes other GEMM kernels (on an AMD EPYC: 0-87% of the values differ, by at most
+    6.6e-7 of the largest magnitude), so the forward is held to the route's bound there. The gradients within
+    8.3e-7 of the largest magnitude (the bias's sum over rows, and the products, sum in other orders than
+    torch's); bound 1e-5, the route's."""
     m, k, n = shape
     rng = np.random.default_rng(m)
     x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((n, k), dtype=np.float32)
@@ -144,7 +147,11 @@ def test_bias_in_the_kernel_matches_torch_linear(shape):
     fn = jax.jit(lambda p, q, c: _route().matmul_bias(p, q, c, transpose_b=True))
     assert "jax_impl_onednn_matmul_bias" in fn.lower(x, w, bias).as_text()
     y, vjp = jax.vjp(fn, jnp.asarray(x), jnp.asarray(w), jnp.asarray(bias))
-    np.testing.assert_array_equal(np.asarray(y), ty.detach().numpy())
+    if cpu_vendor() == "GenuineIntel":
+        np.testing.assert_array_equal(np.asarray(y), ty.detach().numpy())
+    else:
+        ref = ty.detach().numpy()
+        assert np.abs(np.asarray(y) - ref).max() <= 1e-5 * np.abs(ref).max()
     for ours, ref in zip(jax.jit(vjp)(jnp.asarray(g)), (tx.grad, tw.grad, tb.grad)):
         ours, ref = np.asarray(ours), ref.numpy()
         assert ours.shape == ref.shape

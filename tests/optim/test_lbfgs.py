@@ -20,6 +20,7 @@ import torch
 
 import jax_impl.optim
 from jax_impl.optim.lbfgs_dot import mkl_dot_isa
+from parity.numerics import match_torch_sqrt
 from tests.optim import _harness as H
 
 
@@ -93,7 +94,14 @@ def _run(name, x0, torch_loss, jax_loss, dtype, steps=50, closure_from_torch=Fal
 
     np_dtype = {torch.float32: np.float32, torch.float64: np.float64}[dtype]
     params = [np.asarray(x, np_dtype) for x in x0]
-    tx = jax_impl.optim.lbfgs(**options)
+    # torch's line search takes MKL's sqrt of a 0-d tensor (test_line_search_sqrt_follows_the_sqrt_mode): the
+    # optimizer is built under the installed torch's sqrt mode ("table" on CPUs not made by Intel).
+    before = jax_impl.optim.get_sqrt_mode()
+    match_torch_sqrt()
+    try:
+        tx = jax_impl.optim.lbfgs(**options)
+    finally:
+        jax_impl.optim.set_sqrt_mode(before)
     state = tx.init(params)
     torch_losses, jax_losses = [], []
     for _ in range(steps):

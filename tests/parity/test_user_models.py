@@ -36,10 +36,11 @@ def test_the_shipped_recipe_passes_in_float32_by_torchs_floor(tmp_path):
     rounding (ReLU/max-pool ties) until torch's own float32 run is 0.59 (max rel) from its float64 run
     after 12 steps (0.73 after the run's 46); JAX is 2.4e-3 from torch there (0.67 after 46). Beyond any
     rtol, within the floor: each tensor's ratio to torch's own distance measured at most 0.012 (0.92-1.04
-    after 46)."""
+    after 46). Where no tie breaks apart in 12 steps (an AMD EPYC: torch's float32 run stays near its
+    float64 run), JAX stays within the tolerance itself and the run passes by it."""
     cfg = load_config("mnist_example", ["train.dtype=float32", "train.tolerance={rtol: 1.0e-4, atol: 1.0e-6}"])
     report = run_experiment(cfg, runs_dir=tmp_path, progress=False, max_steps=12)
-    assert report.passed and report.passed_by == "floor", report.message
+    assert report.passed and report.passed_by in ("floor", "tolerance"), report.message
     leaves = report.epochs[-1].leaves
     assert set(leaves) == {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias",
                            "fc2.weight", "fc2.bias"}
