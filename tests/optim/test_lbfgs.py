@@ -248,21 +248,68 @@ def test_float32_optimizer_matches_torch_bit_for_bit(problem, options):
         t_state["func_evals"], t_state["n_iter"], len(t_state["old_dirs"]))
 
 
+# float32 on the LSTM regression (64 parameters fitted to 5 targets: its minima form a manifold, and a run's
+# parameters are where its path meets it) amplifies rounding until one run's distance from float64 is a draw.
+# Two measures of it, on an AMD EPYC: the float64 twins (ours on JAX's closure, torch on its own: 1e-16 apart)
+# part by d64 at step k, and 2**29 * d64 (float64's rounding scaled to float32's) past 1 means float32's
+# parameters there carry no trace of the start; and over 20 starts one float32 ulp apart, the ratio of ours to
+# torch's float32 distance. Configuration 0 (lr 1, 20 iterations a step, no line search): 2**29 * d64 = 0.0088
+# after step 1, 420 after step 2, 3e5 from step 3 on; torch's own float32 distance at step 10 spreads from 0.09
+# to 950 over 40 such starts (quartiles 0.18, 0.35, 0.42), ours likewise (0.23, 0.32, 0.8), so it is judged
+# after its first step. Configuration 2 (lr 0.5, 5 iterations, history 3): 2**29 * d64 = 1.6e-4 at step 5,
+# 0.048 at 7, 6.5 at 8, 16 at 10, and at step 10 torch's own distance spreads from 0.044 to 23 over 12 starts;
+# judged at step 5. Configuration 1 (strong Wolfe) converges by step 5 (2**29 * d64 = 10 at step 3, 0.46
+# from step 4 on); judged at step 10.
+_FLOAT32_HORIZON = {0: 1, 1: 10, 2: 5}
+# The yardstick's second torch run: ATen's elementwise kernels (the closure's sigmoid, tanh, products) at their
+# default, unvectorized capability, a torch code path on Intel and AMD CPUs alike. MKL's switches give no other:
+# MKL_CBWR (COMPATIBLE, AUTO, SSE4_2), MKL_ENABLE_INSTRUCTIONS=SSE4_2, two threads and ATEN_CPU_CAPABILITY=avx2
+# run these configurations bit for bit as the default on the EPYC. The capability is read when torch loads: a
+# subprocess, once for the three configurations.
+_FLOAT32_DEFAULT_CAPABILITY = """
+import sys, numpy as np, torch
+from tests.optim.test_lbfgs import _FLOAT32_HORIZON, _OPTIONS, _problems, _torch_run
+case = next(c for c in _problems(1) if c[0] == "lstm")
+out = {str(k): _torch_run(*case[1:3], torch.float32, steps=n, **_OPTIONS[k])[1] for k, n in _FLOAT32_HORIZON.items()}
+np.savez(sys.stdout.buffer, **out)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_float32_at_default_capability() -> dict:
+    """torch's float32 parameters (flat) after each configuration's :data:`_FLOAT32_HORIZON` steps, under
+    ``ATEN_CPU_CAPABILITY=default``, by configuration index (a string)."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", _FLOAT32_DEFAULT_CAPABILITY], env=env, capture_output=True,
+                         check=True).stdout
+    return dict(np.load(io.BytesIO(out)))
+
+
 # The fourth configuration (lr 0.8, history 2, strong Wolfe, tolerance_change 1e-12) is measured at 5.4 times
-# torch's float32 distance after 10 steps: beyond the floor, so it is not claimed.
+# torch's float32 distance after 10 steps on an Intel Xeon (1.7 on the EPYC, 1.2 against both torch runs):
+# beyond the floor there, so it is not claimed.
 # Slow tier (about 5 s each): the default tier runs float32 bit for bit against torch above.
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [0, 1, 2])
 def test_float32_is_within_torchs_own_float32_distance(options):
-    """float32 LBFGS is chaotic in its branch decisions; so the yardstick is torch's own float32 run against its
-    float64 run on the LSTM regression: ours must be as close to torch's float64 run as torch's float32 run is
-    (measured: 0.6-3.2x torch's distance after 10 steps; bar 5x, parity.floor's factor)."""
+    """float32 LBFGS is chaotic in its branch decisions; so the yardstick is torch's own float32 distance from
+    its float64 run on the LSTM regression, the larger of two torch float32 runs (ATen's kernels at this CPU's
+    capability and at the default one): ours must be within 5x of it (parity.floor's factor), after the steps
+    of :data:`_FLOAT32_HORIZON` (before float32 runs are draws). One run alone is not a yardstick: a distance
+    that is a projection of rounding is near zero by chance in one run, and the ratio of two such runs is
+    heavy-tailed (at step 10 on the EPYC: 26x for configuration 0, 12x for 2, torch's own distance 0.11 and
+    0.073). Measured on the EPYC: 0.045, 3.0 and 0.81x; over 20 starts one float32 ulp apart, at most 1.4, 3.0
+    and 1.9x (medians 0.5, 0.8, 0.4), and ours is no farther than torch's in the median."""
+    steps = _FLOAT32_HORIZON[options]
     case = next(c for c in _problems(1) if c[0] == "lstm")
-    t32 = _run(*case, torch.float32, steps=10, **_OPTIONS[options])
+    t32 = _run(*case, torch.float32, steps=steps, **_OPTIONS[options])
     with jax.enable_x64(True):
-        t64 = _run(*case, torch.float64, steps=10, **_OPTIONS[options])
+        t64 = _run(*case, torch.float64, steps=steps, **_OPTIONS[options])
     reference = np.concatenate([p.detach().numpy().ravel() for p in t64[1]])
-    torch_distance = np.abs(np.concatenate([p.detach().numpy().ravel() for p in t32[1]]) - reference).max()
+    torch_runs = [np.concatenate([p.detach().numpy().ravel() for p in t32[1]]),
+                  _torch_float32_at_default_capability()[str(options)]]
+    torch_distance = max(np.abs(run - reference).max() for run in torch_runs)
     ours = np.abs(np.concatenate([np.ravel(p) for p in t32[4]]) - reference).max()
     assert ours <= 5 * max(torch_distance, 1e-6), (ours, torch_distance)
 
