@@ -66,9 +66,10 @@ def float64_runs():
 @pytest.mark.slow
 def test_three_lbfgs_steps_float64_match_torch(float64_runs):
     """Three LBFGS steps, 60 closure evaluations: every closure value, test loss and the model after each step
-    within 1e-10 of torch's relative to their scale (measured 7.9e-11 on the test loss, 1.5e-11 on the closure
-    values; measured on AVX-512 with torch's default paths: where torch takes other CPU paths it moves farther
-    from itself than this, see below, and the five-step test's bound is the robust one).
+    within 5e-10 of torch's relative to their scale (measured on the test loss 7.9e-11 on an Intel Xeon and
+    1.25e-10 on an AMD EPYC, where MKL's GEMMs take other kernels; 1.5e-11 on the closure values; torch's
+    default paths: where torch takes other CPU paths it moves farther from itself than this, see below, and
+    the five-step test's bound is the robust one).
 
     Not the example's 15 steps: this fit is chaotic under LBFGS, each step multiplies a difference in the
     last bits by about 100 (ours from torch: 6e-16, 1.3e-13, 1.5e-11, 1.1e-9, 2.3e-6 on the closure values
@@ -81,21 +82,22 @@ def test_three_lbfgs_steps_float64_match_torch(float64_runs):
     ours, theirs = (run[:3] for run in float64_runs)
     assert [h["func_evals"] for h in ours] == [h["func_evals"] for h in theirs] == [20, 40, 60]
     name, value = worst(ours, theirs)
-    assert value <= 1e-10, (name, value)
+    assert value <= 5e-10, (name, value)
 
 
 _TORCH_RUN = """
 import sys, numpy as np, torch
 torch.set_num_threads(1)
 from examples.loops import time_sequence
-run = time_sequence.train_torch(steps=int(sys.argv[1]))
+run = time_sequence.train_torch(steps=int(sys.argv[1]), dtype=sys.argv[2])
 np.savez(sys.stdout.buffer, **{f"{i}.{k}": np.asarray(v) for i, h in enumerate(run) for k, v in h.items()})
 """
 
 
-def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray]]:
-    """torch's run in a subprocess with ``env`` (another CPU code path of torch's own)."""
-    import io
+def _start_torch_variant(steps: int, env: dict[str, str], dtype: str = "float64"):
+    """Starts torch's run in a subprocess with ``env`` (another CPU code path of torch's own, fixed when the
+    process loads torch and MKL); it runs while the caller runs the other sides, and :func:`_records_of` reads
+    its records."""
     import os
     import pathlib
     import subprocess
@@ -103,8 +105,21 @@ def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray
 
     root = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, **env, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", _TORCH_RUN, str(steps)], env=env, capture_output=True,
-                         check=True).stdout
+    return subprocess.Popen([sys.executable, "-c", _TORCH_RUN, str(steps), dtype], env=env, cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray]]:
+    """torch's float64 run in a subprocess with ``env`` (another CPU code path of torch's own)."""
+    return _records_of(_start_torch_variant(steps, env), steps)
+
+
+def _records_of(process, steps: int) -> list[dict[str, np.ndarray]]:
+    """The ``steps`` records of a run :func:`_start_torch_variant` started, once it ends."""
+    import io
+
+    out, err = process.communicate()
+    assert process.returncode == 0, err.decode()
     flat = dict(np.load(io.BytesIO(out)))
     run: list[dict[str, np.ndarray]] = [{} for _ in range(steps)]
     for key, value in flat.items():
@@ -129,11 +144,29 @@ def test_five_lbfgs_steps_float64_within_torchs_own_spread(float64_runs):
 def test_three_lbfgs_steps_float32_within_torchs_floor(float64_runs):
     """float32, three steps: every recorded value within FLOOR_FACTOR times torch's own float32 distance from its
     float64 run, grouped as parity.compare_runs groups them (a step's tensors against their worst floor, scalars
-    against the worst scalar floor so far). Measured: largest ratio 2.3 (the model after the third step); the
-    same 60 closure evaluations. torch's float64 run: the first three steps of ``float64_runs``."""
+    against the worst scalar floor so far), the floor taken over two of torch's float32 code paths: MKL's
+    default branch (the distances are measured from this run) and its COMPATIBLE branch (``MKL_CBWR=COMPATIBLE``,
+    one thread: SSE2 kernels MKL documents as rounding alike on Intel and AMD CPUs; fixed when MKL loads, so
+    a subprocess, run while this process runs the other sides). torch's float64 run: the first three steps of
+    ``float64_runs``; the same 60 closure evaluations on every side.
+
+    One path's floor is one draw of LBFGS's chaos. The first closure's float32 gradient is as close to float64's
+    on every side (relative in the 2-norm: 1.1e-7 for torch's default path, 1.6e-7 COMPATIBLE, 1.8e-7 ATen's
+    default kernels, 1.7e-7 JAX), and LBFGS multiplies it by tens each step: on seed 0 the model is 4e-7 to
+    6e-6 from float64 after the first step on every side, then 2.9e-5 and 4.2e-3 for torch's default path on an AMD EPYC
+    against 8.8e-5 to 3.4e-4 and 5.3e-3 to 5.7e-2 for its other paths there (COMPATIBLE, ATen's avx2 and
+    default kernels, two threads; MKL_ENABLE_INSTRUCTIONS=AVX2 or SSE4_2 run bit for bit as the default) and
+    4.2e-4 and 6.5e-2 for JAX. The default path there is the luckiest, so against it alone the largest ratio is
+    14.5 (the linear bias after the third step; 2.3 on an Intel Xeon, whose default path is farther); with
+    COMPATIBLE in the floor 1.9 (the same record), and on the Xeon no more than 2.3 (the floor only grows).
+    Seeds 1-3 on the EPYC, default branch alone: 7.4, 2.1, 6.3; with COMPATIBLE: 0.8, 1.5, 1.9. The horizon
+    is three steps: after the fourth and fifth, torch's own paths are up to 0.5 and 1.3 (of the closure
+    values' scale) from float64, where a floor would judge nothing."""
+    compatible = _start_torch_variant(3, {"MKL_CBWR": "COMPATIBLE"}, "float32")
     torch32 = _torch(steps=3, dtype="float32")
     torch64 = float64_runs[1][:3]
-    ratios = floor_ratios(_jax(steps=3, dtype="float32"), torch32, torch64)
+    run = _jax(steps=3, dtype="float32")
+    ratios = floor_ratios(run, torch32, torch64, spread=[_records_of(compatible, 3)])
     over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
     assert not over, over
 
