@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 import torch
+from jax.extend.core import jaxpr_as_fun
 
 import parity
 from parity.port import PortError
@@ -313,35 +314,71 @@ def test_repeat_interleave_with_concrete_tensor_repeats_matches_torch(x64):
 # ---- The helpers against torch over seeded grids: forward values and gradients (float64) ----
 
 
-def _grad_pair(torch_fn, jax_fn, x: torch.Tensor, seed: int = 0):
-    """``(torch output, twin output, torch grad, twin grad)`` of ``sum(w * fn(x))``, ``w`` seeded normals."""
-    t = x.clone().requires_grad_()
-    out = torch_fn(t)
-    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
-    (w * out).sum().backward()
-    got, vjp = jax.vjp(jax_fn, jax.numpy.asarray(x.numpy()))
-    grad = t.grad if t.grad is not None else torch.zeros_like(t)  # torch leaves ord=0's gradient undefined
-    return out.detach().numpy(), np.asarray(got), grad.numpy(), np.asarray(vjp(jax.numpy.asarray(w.numpy()))[0])
-
-
 def _close(pair) -> None:
     out, got, grad, jgrad = pair
     # float64: the same formulas in the same order up to the reduction's summation order; measured <= 3e-15
-    # relative (the ord=0.5 norm over all 60 elements, a value of some 2e3, is 2.3e-12 apart absolutely)
+    # relative (the ord=0.5 norm over all 60 elements, a value of some 2e3, is 2.3e-12 apart absolutely),
+    # the same eagerly and in _OneCompilation's jitted program
     np.testing.assert_allclose(got, out, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(jgrad, grad, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.slow  # 72 eager custom-gradient calls
+class _OneCompilation:
+    """A grid's twin calls, traced where the test makes them and run together in one compilation.
+
+    Eagerly each call compiles its own small programs (a host callback, a ``take_along_axis`` or a custom
+    gradient for every call), some tens of milliseconds each: most of a grid's time (this file's grids:
+    about 15 s of CPU eagerly, 10 s in one program per test, measured on 2 cores). Each call is traced
+    at once (its loop variables bound then) and :meth:`check` runs them all in one jitted program and
+    compares every result with torch's.
+    """
+
+    def __init__(self) -> None:
+        self._calls: list = []
+
+    def _add(self, fn, args, check) -> None:
+        self._calls.append((jax.make_jaxpr(fn)(*args), args, check))
+
+    def grad_pair(self, torch_fn, jax_fn, x: torch.Tensor, seed: int = 0) -> None:
+        """``(torch output, twin output, torch grad, twin grad)`` of ``sum(w * fn(x))``, ``w`` seeded normals,
+        compared by :func:`_close`; the twin's side runs in :meth:`check`."""
+        t = x.clone().requires_grad_()
+        out = torch_fn(t)
+        w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+        (w * out).sum().backward()
+        grad = (t.grad if t.grad is not None else torch.zeros_like(t)).numpy()  # torch leaves ord=0's undefined
+
+        def twin(a, cotangent):
+            got, vjp = jax.vjp(jax_fn, a)
+            return got, vjp(cotangent)[0]
+
+        self._add(twin, (x.numpy(), w.numpy()),
+                  lambda got, jgrad, out=out.detach().numpy(): _close((out, got, grad, jgrad)))
+
+    def equal(self, jax_fn, x: np.ndarray, expected: np.ndarray) -> None:
+        """``jax_fn(x)`` must equal ``expected`` exactly (checked in :meth:`check`)."""
+        self._add(jax_fn, (x,), lambda got: np.testing.assert_array_equal(got, expected))
+
+    def check(self) -> None:
+        results = jax.jit(lambda args: [jaxpr_as_fun(jaxpr)(*a)
+                                        for (jaxpr, _, _), a in zip(self._calls, args)])(
+            [args for _, args, _ in self._calls])
+        for (_, _, check), result in zip(self._calls, results):
+            check(*(np.asarray(r) for r in result))
+
+
+@pytest.mark.slow  # 72 custom-gradient calls
 @pytest.mark.parametrize("ord", [2, 1, float("inf"), float("-inf"), 0, 0.5, 3, 1.5, -1])
 def test_vector_norm_values_and_gradients_match_torch_at_zero_and_ties(x64, ord):
     from jax_impl.tensor_ops import torch_vector_norm
 
     x = _ties(2)
+    grid = _OneCompilation()
     for dim in (None, -1, (0, 2), 1):
         for keepdim in (False, True):
-            _close(_grad_pair(lambda t: torch.linalg.vector_norm(t, ord, dim, keepdim),
-                              lambda a: torch_vector_norm(a, ord, dim, keepdim), x))
+            grid.grad_pair(lambda t: torch.linalg.vector_norm(t, ord, dim, keepdim),
+                           lambda a: torch_vector_norm(a, ord, dim, keepdim), x)
+    grid.check()
 
 
 @pytest.mark.slow
@@ -350,11 +387,13 @@ def test_linalg_norm_values_and_gradients_match_torch(x64, ord):
     from jax_impl.tensor_ops import torch_linalg_norm
 
     x = _ties(3)
+    grid = _OneCompilation()
     for dim in ((0, 1), (-1, -2), (2, 0), None) if ord is not None else (None, -1, (1, 2)):
         for keepdim in (False, True):
             source = x[0] if dim is None else x
-            _close(_grad_pair(lambda t: torch.linalg.norm(t, ord, dim, keepdim),
-                              lambda a: torch_linalg_norm(a, ord, dim, keepdim), source))
+            grid.grad_pair(lambda t: torch.linalg.norm(t, ord, dim, keepdim),
+                           lambda a: torch_linalg_norm(a, ord, dim, keepdim), source)
+    grid.check()
 
 
 @pytest.mark.slow
@@ -362,21 +401,22 @@ def test_var_logsumexp_and_max_dim_match_torch_over_dims(x64):
     from jax_impl.tensor_ops import torch_logsumexp, torch_max_dim, torch_var
 
     x = _ties(4)
+    grid = _OneCompilation()
     for dim in (None, 0, -1, (0, 2), [1, 2]):
         for keepdim in (False, True):
             for correction in (0, 1, 2):
-                _close(_grad_pair(lambda t: torch.var(t, dim, correction=correction, keepdim=keepdim),
-                                  lambda a: torch_var(a, dim, correction, keepdim), x))
+                grid.grad_pair(lambda t: torch.var(t, dim, correction=correction, keepdim=keepdim),
+                               lambda a: torch_var(a, dim, correction, keepdim), x)
             if dim is not None:
-                _close(_grad_pair(lambda t: torch.logsumexp(t, dim, keepdim),
-                                  lambda a: torch_logsumexp(a, dim, keepdim), x))
+                grid.grad_pair(lambda t: torch.logsumexp(t, dim, keepdim),
+                               lambda a: torch_logsumexp(a, dim, keepdim), x)
             if isinstance(dim, int):
                 for largest, fn in ((True, torch.max), (False, torch.min)):
-                    _close(_grad_pair(lambda t: fn(t, dim, keepdim).values,
-                                      lambda a: torch_max_dim(a, dim, keepdim, largest)[0], x))
-                    expected = fn(x, dim, keepdim).indices.numpy()
-                    np.testing.assert_array_equal(np.asarray(torch_max_dim(jax.numpy.asarray(x.numpy()), dim,
-                                                                           keepdim, largest)[1]), expected)
+                    grid.grad_pair(lambda t: fn(t, dim, keepdim).values,
+                                   lambda a: torch_max_dim(a, dim, keepdim, largest)[0], x)
+                    grid.equal(lambda a: torch_max_dim(a, dim, keepdim, largest)[1], x.numpy(),
+                               fn(x, dim, keepdim).indices.numpy())
+    grid.check()
 
 
 @pytest.mark.slow
@@ -386,35 +426,33 @@ def test_topk_sort_gather_scatter_match_torch_over_dims(x64):
     distinct = _smooth(5)
     tied = _ties(5)
     generator = torch.Generator().manual_seed(5)
+    grid = _OneCompilation()
     for dim in (0, 1, -1):
         for largest in (True, False):
             for k in (1, 2, 3):
-                _close(_grad_pair(lambda t: torch.topk(t, k, dim, largest).values,
-                                  lambda a: torch_topk(a, k, dim, largest)[0], distinct))
-                np.testing.assert_array_equal(np.asarray(torch_topk(jax.numpy.asarray(distinct.numpy()), k, dim,
-                                                                    largest)[1]),
-                                              torch.topk(distinct, k, dim, largest).indices.numpy())
+                grid.grad_pair(lambda t: torch.topk(t, k, dim, largest).values,
+                               lambda a: torch_topk(a, k, dim, largest)[0], distinct)
+                grid.equal(lambda a: torch_topk(a, k, dim, largest)[1], distinct.numpy(),
+                           torch.topk(distinct, k, dim, largest).indices.numpy())
         for descending in (False, True):
-            _close(_grad_pair(lambda t: torch.sort(t, dim=dim, descending=descending, stable=True).values,
-                              lambda a: torch_sort(a, dim, descending)[0], tied))
-            np.testing.assert_array_equal(
-                np.asarray(torch_sort(jax.numpy.asarray(tied.numpy()), dim, descending)[1]),
-                torch.sort(tied, dim=dim, descending=descending, stable=True).indices.numpy())
+            grid.grad_pair(lambda t: torch.sort(t, dim=dim, descending=descending, stable=True).values,
+                           lambda a: torch_sort(a, dim, descending)[0], tied)
+            grid.equal(lambda a: torch_sort(a, dim, descending)[1], tied.numpy(),
+                       torch.sort(tied, dim=dim, descending=descending, stable=True).indices.numpy())
         shape = [2, 3, 4]
         shape[dim] = 6
         index = torch.randint(0, SHAPE[dim], tuple(shape), generator=generator)
-        _close(_grad_pair(lambda t: torch.gather(t, dim, index), lambda a: torch_gather(a, dim, index.numpy()),
-                          distinct))
+        grid.grad_pair(lambda t: torch.gather(t, dim, index), lambda a: torch_gather(a, dim, index.numpy()),
+                       distinct)
         src = _smooth(6, tuple(shape))
-        _close(_grad_pair(lambda t: torch.scatter_add(t, dim, index, src),
-                          lambda a: torch_scatter(a, dim, index.numpy(), src.numpy(), "add"), distinct))
-        _close(_grad_pair(lambda t: torch.scatter_add(distinct, dim, index, t),
-                          lambda a: torch_scatter(distinct.numpy(), dim, index.numpy(), a, "add"), src))  # numpy input
+        grid.grad_pair(lambda t: torch.scatter_add(t, dim, index, src),
+                       lambda a: torch_scatter(a, dim, index.numpy(), src.numpy(), "add"), distinct)
+        grid.grad_pair(lambda t: torch.scatter_add(distinct, dim, index, t),
+                       lambda a: torch_scatter(distinct.numpy(), dim, index.numpy(), a, "add"), src)  # numpy input
         for reduce in ("add", "multiply"):
-            np.testing.assert_array_equal(
-                np.asarray(torch_scatter(jax.numpy.asarray(distinct.numpy()), dim, index.numpy(), src.numpy(),
-                                         reduce)),
-                torch.scatter(distinct, dim, index, src, reduce=reduce).numpy())
+            grid.equal(lambda a: torch_scatter(a, dim, index.numpy(), src.numpy(), reduce), distinct.numpy(),
+                       torch.scatter(distinct, dim, index, src, reduce=reduce).numpy())
+    grid.check()
 
 
 @pytest.mark.slow  # eager calls, one compile each
