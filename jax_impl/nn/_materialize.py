@@ -36,7 +36,14 @@ def runtime_false(x: jax.Array) -> jax.Array:
 
 
 def computed_once(fn: Callable[..., Any], key: jax.Array, *args: Any) -> Any:
-    """``fn(*args)``, materialized: the true branch of a ``lax.cond`` on ``~runtime_false(key)``."""
+    """``fn(*args)``, materialized: the true branch of a ``lax.cond`` on ``~runtime_false(key)``.
+
+    A concrete ``key`` means the caller runs op by op (eagerly, or the backward pass of an eager
+    ``jax.vjp``), where every result is a buffer already: ``fn(*args)`` runs as it is. A ``lax.cond`` there
+    would compile anew at every call, its branches being new functions each time.
+    """
+    if not isinstance(key, jax.core.Tracer):
+        return fn(*args)
     out = jax.eval_shape(fn, *args)
     return lax.cond(
         jnp.logical_not(runtime_false(key)), fn,
