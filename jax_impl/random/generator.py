@@ -562,13 +562,27 @@ class Generator:
         if fed is not None:  # traced by jit_with_host_draws: drawn on the host before each call
             return fed
         self._staged_by = os.getpid()
-
-        def run(*_) -> np.ndarray:
-            # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
-            return np.asarray(draw.run(self, synced=False)).astype(dtype)
-
         operands = () if tied_to is None else (jax.lax.stop_gradient(jnp.ravel(tied_to))[:0],)
-        return io_callback(run, jax.ShapeDtypeStruct(draw.shape, dtype), *operands, ordered=True)
+        return io_callback(self._callback(draw, dtype), jax.ShapeDtypeStruct(draw.shape, dtype), *operands,
+                           ordered=True)
+
+    def _callback(self, draw: host_draws.Draw, dtype: Any) -> Any:
+        """The host function of ``draw``'s callback, one per draw and dtype of this generator.
+
+        jax compiles a callback run outside ``jit`` (an eager ``jax.vjp`` through a dropout) once per
+        callback function: the same function for the same draw compiles once, not at every call. The
+        function remembers its generator, so a copy of this generator makes its own.
+        """
+        callbacks = self.__dict__.setdefault("_callbacks", {})
+        run = callbacks.get((draw, dtype.name))
+        if run is None or run.generator is not self:
+            def run(*_) -> np.ndarray:
+                # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
+                return np.asarray(draw.run(self, synced=False)).astype(dtype)
+
+            run.generator = self
+            callbacks[(draw, dtype.name)] = run
+        return run
 
 
 def staged_bernoulli_per_replica(generators: Sequence[Generator | None], axis_name: str, size: int | Sequence[int],
