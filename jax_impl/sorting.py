@@ -21,6 +21,8 @@ at most 16 elements under ``std::sort`` (insertion sort is stable). From JAX the
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -277,13 +279,23 @@ def _index_dtype():
     return jax.dtypes.canonicalize_dtype(jnp.int64)
 
 
-def _host_call(fn, input, dim: int, size: int):
-    """``fn`` on the host along ``dim`` of ``input`` (moved last), giving ``size`` indices per slice."""
+@functools.lru_cache(maxsize=256)
+def _callback(fn, args: tuple, index_dtype):
+    """The host function ``fn(x, *args)`` as ``index_dtype``: one function object per arguments, since jax
+    compiles a callback run outside ``jit`` once per function (a new one each call would compile each call)."""
+    def run(x):
+        return fn(np.asarray(x), *args).astype(index_dtype)
+
+    return run
+
+
+def _host_call(fn, args: tuple, input, dim: int, size: int):
+    """``fn(slices, *args)`` on the host along ``dim`` of ``input`` (moved last), giving ``size`` indices per
+    slice."""
     moved = jnp.moveaxis(jax.lax.stop_gradient(input), dim, -1)
     index_dtype = _index_dtype()
     shape = jax.ShapeDtypeStruct(moved.shape[:-1] + (size,), index_dtype)
-    out = jax.pure_callback(lambda x: fn(np.asarray(x)).astype(index_dtype), shape, moved,
-                            vmap_method="expand_dims")
+    out = jax.pure_callback(_callback(fn, args, np.dtype(index_dtype)), shape, moved, vmap_method="expand_dims")
     return jnp.moveaxis(out, -1, dim)
 
 
@@ -298,7 +310,7 @@ def argsort(input: jax.Array, dim: int = -1, descending: bool = False, stable: b
              and jnp.issubdtype(input.dtype, jnp.integer))
     if radix or input.shape[dim] <= _S_THRESHOLD:
         return jnp.argsort(input, axis=dim, descending=descending, stable=True)
-    return _host_call(lambda x: cpu_sort_order(x, descending), input, dim, input.shape[dim])
+    return _host_call(cpu_sort_order, (bool(descending),), input, dim, input.shape[dim])
 
 
 def topk_indices(input: jax.Array, k: int, dim: int = -1, largest: bool = True,
@@ -311,4 +323,4 @@ def topk_indices(input: jax.Array, k: int, dim: int = -1, largest: bool = True,
     if input.ndim == 0:
         return jnp.zeros((), _index_dtype())
     dim = dim % input.ndim
-    return _host_call(lambda x: cpu_topk_order(x, k, largest, sorted), input, dim, k)
+    return _host_call(cpu_topk_order, (int(k), bool(largest), bool(sorted)), input, dim, k)
