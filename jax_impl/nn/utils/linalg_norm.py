@@ -44,6 +44,7 @@ XLA:CPU to compile each loop as one native loop.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -258,11 +259,18 @@ def _powf(a: jax.Array, p: float) -> jax.Array:
         return a * a
     if a.dtype != jnp.float32:
         return a**p
+    return jax.pure_callback(_powf_host(float(p)), jax.ShapeDtypeStruct(a.shape, a.dtype), a,
+                             vmap_method="expand_dims")
 
+
+@functools.lru_cache(maxsize=64)
+def _powf_host(p: float):
+    """:func:`_powf`'s host function, one per exponent: jax compiles a callback run outside ``jit`` once per
+    function."""
     def host(v):
         return (np.asarray(v, np.float64) ** np.float64(np.float32(p))).astype(np.float32)
 
-    return jax.pure_callback(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a, vmap_method="expand_dims")
+    return host
 
 
 def _terms(a: jax.Array, p: float) -> jax.Array:
