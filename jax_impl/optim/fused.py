@@ -32,7 +32,6 @@ float32 and float64 (``tests/optim/test_fused.py``).
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import platform
@@ -43,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_impl._cpuinfo import cpu_flags
 from jax_impl.kernels import TorchOps, lerp_branch_of_one_minus
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, torch_optimizer
 from jax_impl.optim._transforms import adam_family_scalars, negate_if
@@ -74,25 +74,12 @@ def torch_cpu_capability() -> str:
             f"fused=True: torch's fused CPU kernels are reproduced for x86-64 (AVX-512, AVX2, default), "
             f"not for {platform.machine()}"
         )
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if {"avx512vl", "avx512bw", "avx512dq", "fma"} <= flags:
         return "avx512"
     if {"avx2", "fma"} <= flags:
         return "avx2"
     return "default"
-
-
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def scalar_tail_size(numel: int, itemsize: int, capability: str) -> int:

@@ -58,7 +58,6 @@ normal float32 results).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import jax
@@ -66,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_impl._cpuinfo import cpu_flags, cpu_vendor
 from jax_impl.nn.utils.linalg_norm import get_intra_op_threads
 from jax_impl.random.fma import fma32, fma64
 
@@ -81,23 +81,6 @@ _TORCH_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half", "bfl
                 "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
 # mkl_blas_{d,s}dot: the largest length summed on one thread, and the elements per thread (log2).
 _THREADED = {_F64: (4095, 11), _F32: (8191, 12)}
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_info() -> tuple[str, frozenset[str]]:
-    """The CPU's vendor (``GenuineIntel``, ``AuthenticAMD``, ...; empty where unknown) and its flags."""
-    vendor, flags = "", frozenset()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id") and not vendor:
-                    vendor = line.partition(":")[2].strip()
-                elif line.startswith("flags"):
-                    flags = frozenset(line.partition(":")[2].split())
-                    break
-    except OSError:
-        pass
-    return vendor, flags
 
 
 def _requested(value: str) -> str | None:
@@ -121,7 +104,7 @@ def mkl_dot_isa() -> str | None:
     ``MKL_CBWR``. On other x86 CPUs it takes its SSE2 kernel, which those
     switches do not change.
     """
-    vendor, flags = _cpu_info()
+    vendor, flags = cpu_vendor(), cpu_flags()
     if vendor and vendor != "GenuineIntel":
         return "sse2" if "sse2" in flags else None
     isa = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else None

@@ -44,9 +44,9 @@ import functools
 import math
 import os
 import platform
-import sys
 import numpy as np
 
+from jax_impl._cpuinfo import cpu_flags
 from jax_impl.random.fma import fma32, fma64
 
 __all__ = ["box_muller_double", "fill16", "scale_shift", "vectorized_float_kernel"]
@@ -66,25 +66,7 @@ def vectorized_float_kernel() -> bool:
         return forced in ("avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx")
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    return {"avx2", "fma"} <= _cpu_flags()
-
-
-def _cpu_flags() -> set[str]:
-    """The CPU's feature flags, lower case: ``/proc/cpuinfo`` on Linux, ``sysctl`` on macOS."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        import subprocess
-
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.features", "machdep.cpu.leaf7_features"],
-                             capture_output=True, text=True, check=False).stdout
-        return {flag.lower().replace("avx2.0", "avx2") for flag in out.split()}
-    return set()
+    return {"avx2", "fma"} <= cpu_flags()
 
 
 # -- avx_mathfun.h ----------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import jax_impl.nn as jnn
 import jax_impl.random as jr
 from jax_impl.nn import init
 from parity.convert import to_torch_state_dict
-from tests.cpu import cpu_vendor
+from jax_impl._cpuinfo import cpu_vendor
 
 _DTYPES = [(np.float32, torch.float32), (np.float64, torch.float64)]
 

@@ -21,7 +21,7 @@ import torch.nn.functional as TF
 from jax_impl.backends import mkldnn
 from jax_impl.nn import _gemm
 from jax_impl.nn import functional as F
-from tests.cpu import cpu_vendor
+from jax_impl._cpuinfo import cpu_vendor
 
 pytestmark = pytest.mark.skipif(not mkldnn.is_available(), reason="oneDNN (onednn-cpu-gomp) is not installed")
 
