@@ -18,6 +18,7 @@ from jax_impl.nn.utils.linalg_norm import get_intra_op_threads, set_intra_op_thr
 from parity.floor import FLOOR_FACTOR
 from tests.examples.floor_verdict import floor_ratios
 from tests.examples.histories import worst
+from tests.examples import torch_variants
 from tests.examples.torch_threads import one_thread
 
 
@@ -85,47 +86,9 @@ def test_three_lbfgs_steps_float64_match_torch(float64_runs):
     assert value <= 5e-10, (name, value)
 
 
-_TORCH_RUN = """
-import sys, numpy as np, torch
-torch.set_num_threads(1)
-from examples.loops import time_sequence
-run = time_sequence.train_torch(steps=int(sys.argv[1]), dtype=sys.argv[2])
-np.savez(sys.stdout.buffer, **{f"{i}.{k}": np.asarray(v) for i, h in enumerate(run) for k, v in h.items()})
-"""
-
-
-def _start_torch_variant(steps: int, env: dict[str, str], dtype: str = "float64"):
-    """Starts torch's run in a subprocess with ``env`` (another CPU code path of torch's own, fixed when the
-    process loads torch and MKL); it runs while the caller runs the other sides, and :func:`_records_of` reads
-    its records."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    env = {**os.environ, **env, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", _TORCH_RUN, str(steps), dtype], env=env, cwd=root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
 def _torch_variant(steps: int, env: dict[str, str]) -> list[dict[str, np.ndarray]]:
     """torch's float64 run in a subprocess with ``env`` (another CPU code path of torch's own)."""
-    return _records_of(_start_torch_variant(steps, env), steps)
-
-
-def _records_of(process, steps: int) -> list[dict[str, np.ndarray]]:
-    """The ``steps`` records of a run :func:`_start_torch_variant` started, once it ends."""
-    import io
-
-    out, err = process.communicate()
-    assert process.returncode == 0, err.decode()
-    flat = dict(np.load(io.BytesIO(out)))
-    run: list[dict[str, np.ndarray]] = [{} for _ in range(steps)]
-    for key, value in flat.items():
-        step, name = key.split(".", 1)
-        run[int(step)][name] = value
-    return run
+    return torch_variants.records_of(torch_variants.start("time_sequence", env, steps=steps))
 
 
 @pytest.mark.slow
@@ -162,11 +125,11 @@ def test_three_lbfgs_steps_float32_within_torchs_floor(float64_runs):
     Seeds 1-3 on the EPYC, default branch alone: 7.4, 2.1, 6.3; with COMPATIBLE: 0.8, 1.5, 1.9. The horizon
     is three steps: after the fourth and fifth, torch's own paths are up to 0.5 and 1.3 (of the closure
     values' scale) from float64, where a floor would judge nothing."""
-    compatible = _start_torch_variant(3, {"MKL_CBWR": "COMPATIBLE"}, "float32")
+    compatible = torch_variants.start("time_sequence", {"MKL_CBWR": "COMPATIBLE"}, steps=3, dtype="float32")
     torch32 = _torch(steps=3, dtype="float32")
     torch64 = float64_runs[1][:3]
     run = _jax(steps=3, dtype="float32")
-    ratios = floor_ratios(run, torch32, torch64, spread=[_records_of(compatible, 3)])
+    ratios = floor_ratios(run, torch32, torch64, spread=[torch_variants.records_of(compatible)])
     over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
     assert not over, over
 

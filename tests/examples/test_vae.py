@@ -7,9 +7,6 @@ the per-step loss, the model's state dict every 10 steps and at the last, each e
 
 from __future__ import annotations
 
-import os
-import pathlib
-import pickle
 import subprocess
 import sys
 
@@ -20,6 +17,7 @@ from examples.loops import vae
 from parity.floor import FLOOR_FACTOR
 from tests.examples.floor_verdict import floor_ratios
 from tests.examples.histories import worst
+from tests.examples import torch_variants
 from tests.examples.torch_threads import one_thread
 from tests.port.corpus import vae as corpus
 
@@ -33,34 +31,7 @@ def _torch(**kwargs):
 # reproducibility branch COMPATIBLE (``MKL_CBWR=COMPATIBLE``: SSE2 code, documented to return the same results
 # on Intel and compatible CPUs at a fixed thread count) is a torch float32 code path whose rounding does not
 # depend on the CPU's maker. The branch is fixed when MKL loads, so the run is a subprocess.
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
-_MKL_COMPATIBLE_ENV = {"MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
-_TORCH_FLOAT32_RUN = """
-import pickle, sys
-import torch
-from examples.loops import vae
-torch.set_num_threads(1)
-pickle.dump(vae.train_torch(steps=int(sys.argv[1]), dtype="float32", seed=int(sys.argv[2])), sys.stdout.buffer)
-"""
-
-
-def _subprocess_env(extra: dict[str, str]) -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, **extra, "PYTHONPATH": path}
-
-
-def _start_torch_float32_in_mkls_compatible_branch(steps: int, seed: int) -> subprocess.Popen:
-    """Starts ``train_torch(steps, "float32", seed)`` under ``MKL_CBWR=COMPATIBLE`` (read its records with
-    :func:`_records_of`); it runs while the caller runs the other sides."""
-    return subprocess.Popen([sys.executable, "-c", _TORCH_FLOAT32_RUN, str(steps), str(seed)],
-                            env=_subprocess_env(_MKL_COMPATIBLE_ENV), cwd=_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _records_of(process: subprocess.Popen) -> list:
-    out, err = process.communicate()
-    assert process.returncode == 0, err.decode()
-    return pickle.loads(out)
+_MKL_COMPATIBLE_ENV = {"MKL_CBWR": "COMPATIBLE"}
 
 
 @pytest.mark.slow  # the default tier records 2 steps through the command line below
@@ -112,11 +83,11 @@ def test_fifty_steps_float32_within_torchs_floor(seed):
     a floor that would judge nothing at those steps, so it is not taken. The BCE sum adds in torch's order
     (jax_impl's loss reductions): in XLA's order the loss of each epoch's last batch of 30 reached 5 to 7 times
     the floor."""
-    compatible = _start_torch_float32_in_mkls_compatible_branch(50, seed)
+    compatible = torch_variants.start("vae", _MKL_COMPATIBLE_ENV, steps=50, dtype="float32", seed=seed)
     torch32 = _torch(steps=50, dtype="float32", seed=seed)
     torch64 = _torch(steps=50, dtype="float64", draw_dtype="float32", seed=seed)
     run = vae.train_jax(steps=50, dtype="float32", seed=seed)
-    ratios = floor_ratios(run, torch32, torch64, spread=[_records_of(compatible)])
+    ratios = floor_ratios(run, torch32, torch64, spread=[torch_variants.records_of(compatible)])
     over = {key: ratio for key, ratio in ratios.items() if ratio > FLOOR_FACTOR}
     assert not over, over
 
@@ -149,7 +120,7 @@ def test_float32_recordings_pass_compare_runs_against_torchs_floor(tmp_path):
     runs = {"t64": ("torch", "float64", ["--draw-dtype", "float32"]), "j32": ("jax", "float32", [])}
     t32 = subprocess.Popen([sys.executable, "-m", "examples.loops.vae", "--framework", "torch",
                             "--out", str(tmp_path / "t32"), "--dtype", "float32"],
-                           env=_subprocess_env(_MKL_COMPATIBLE_ENV), cwd=_ROOT,
+                           env=torch_variants.subprocess_env(_MKL_COMPATIBLE_ENV), cwd=torch_variants.ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     for name, (framework, dtype, extra) in runs.items():
         with one_thread():
