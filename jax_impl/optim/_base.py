@@ -275,7 +275,7 @@ def torch_optimizer(
 
     n_leaf = len(leaf_state_names)
     sqrt_mode = get_sqrt_mode()  # fixed when the optimizer is built
-    sqrt_table = get_sqrt_table() if sqrt_mode == "table" else None
+    sqrt_table = get_sqrt_table(packed=True) if sqrt_mode == "table" else None
 
     def sqrt(x: jax.Array) -> jax.Array:
         return torch_sqrt(x, sqrt_mode, sqrt_table)

@@ -20,6 +20,7 @@ __all__ = ["get_sqrt_mode", "get_sqrt_table", "set_sqrt_mode", "set_sqrt_table",
 _SQRT_MODES = ("ieee", "mkl-avx512", "table")
 _sqrt_mode = "ieee"
 _sqrt_table: Any = None  # float32[2**24]: torch.sqrt on [1, 4), for mode "table"
+_packed_table: Any = None  # the same as _table_sqrt.pack_table's uint32[2**20] words, where it packs
 
 
 def set_sqrt_mode(mode: str) -> None:
@@ -48,13 +49,13 @@ def set_sqrt_mode(mode: str) -> None:
 
 def set_sqrt_table(table: Any) -> None:
     """Registers torch's float32 sqrt on [1, 4) (``2**24`` values, see ``jax_impl.optim._table_sqrt``)."""
-    global _sqrt_table
-    from jax_impl.optim._table_sqrt import TABLE_SIZE
+    global _sqrt_table, _packed_table
+    from jax_impl.optim._table_sqrt import TABLE_SIZE, pack_table
 
     array = np.asarray(table)
     if array.shape != (TABLE_SIZE,) or array.dtype != np.float32:
         raise ValueError(f"a sqrt table is float32[{TABLE_SIZE}], got {array.dtype}{list(array.shape)}")
-    _sqrt_table = array
+    _sqrt_table, _packed_table = array, pack_table(array)
 
 
 def get_sqrt_mode() -> str:
@@ -62,8 +63,15 @@ def get_sqrt_mode() -> str:
     return _sqrt_mode
 
 
-def get_sqrt_table() -> Any:
-    """The table :func:`set_sqrt_table` registered, or ``None``."""
+def get_sqrt_table(packed: bool = False) -> Any:
+    """The table :func:`set_sqrt_table` registered, or ``None``.
+
+    ``packed=True``: the same table as two bits per value (``uint32[2**20]``, 4 MiB instead of 64), where
+    every value is within one ULP of the correctly rounded root, else the values themselves. The
+    optimizers compile this one into their steps (``jax_impl.optim._table_sqrt``); both give the same sqrt.
+    """
+    if packed and _packed_table is not None:
+        return _packed_table
     return _sqrt_table
 
 
@@ -72,7 +80,7 @@ def torch_sqrt(x: jax.Array, mode: str | None = None, table: Any = None) -> jax.
     if (mode or _sqrt_mode) == "table" and x.dtype == jnp.float32:
         from jax_impl.optim._table_sqrt import table_sqrt
 
-        return table_sqrt(x, table if table is not None else _sqrt_table)
+        return table_sqrt(x, table if table is not None else get_sqrt_table(packed=True))
     if (mode or _sqrt_mode) == "mkl-avx512" and x.dtype in (jnp.float32, jnp.float64):
         from jax_impl.optim._mkl_sqrt import mkl_sqrt
 

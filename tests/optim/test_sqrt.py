@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from jax_impl.optim._mkl_sqrt import torch_sqrt_f32, torch_sqrt_f64
-from jax_impl.optim._table_sqrt import table_sqrt
+from jax_impl.optim._table_sqrt import PACKED_SIZE, pack_table, table_sqrt
 from parity.numerics import probe_torch_sqrt, torch_sqrt_table
 from tests.optim import _harness as H
 
@@ -96,3 +96,27 @@ def test_table_sqrt_is_torchs_float32_sqrt_everywhere():
     x = x[~(np.abs(x) >= np.float32(2.0**127))]
     ours = jax.jit(table_sqrt)(x, torch_sqrt_table())
     assert_documented_agreement(ours, torch_sqrt_numpy(x), x)
+
+
+def test_packed_table_is_the_table_on_every_float_in_1_to_4():
+    """The two-bit form the optimizers compile gives the table's values on all 2**24 inputs of [1, 4) (so
+    everywhere, by scale invariance), against torch's own sqrt of those inputs; where torch is IEEE or
+    MKL's AVX-512 kernel the table packs too (every value within one ULP of the correctly rounded root)."""
+    table = torch_sqrt_table()
+    packed = pack_table(table)
+    assert packed is not None and packed.dtype == np.uint32 and packed.shape == (PACKED_SIZE,)
+    x = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
+    assert_bitwise_equal(jax.jit(table_sqrt)(x, packed), torch_sqrt_numpy(x), x)
+
+
+def test_a_table_more_than_one_ulp_from_ieee_keeps_its_values():
+    """A value two ULPs from the correctly rounded root does not pack (``None``): the optimizers then
+    compile the full table, never a wrong root."""
+    x = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
+    table = np.sqrt(x)
+    assert pack_table(table) is not None
+    table.view(np.int32)[12345] += 2
+    assert pack_table(table) is None
+    with pytest.raises(ValueError, match="float32"):
+        pack_table(table[:10])
+
