@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BENCHMARKS", "HUGETLB_TUNABLE", "Benchmark", "benchmark_env", "benchmarks_dir", "render_markdown",
-           "run_benchmarks"]
+__all__ = ["BENCHMARKS", "HUGETLB_TUNABLE", "Benchmark", "benchmark_env", "benchmarks_dir", "cpu_maker",
+           "keep_cpu_run", "render_markdown", "run_benchmarks"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,7 +107,36 @@ def run_benchmarks(names: Sequence[str], *, quick: bool = False, results_dir: Pa
             raise RuntimeError(f"benchmark {name} failed with exit code {proc.returncode}")
         print(f"   {name} took {time.perf_counter() - start:.0f} s", flush=True)
         written[name] = out
+        if name == "train_step" and not quick:
+            kept = keep_cpu_run(out)
+            if kept is not None:
+                print(f"   kept as {kept.name} (this CPU maker's row of the by-CPU table)", flush=True)
     return written
+
+
+def cpu_maker(cpu: str) -> str:
+    """``"intel"``, ``"amd"`` or another lower-case word naming the maker of a CPU model string."""
+    lower = cpu.lower()
+    for maker in ("intel", "amd"):
+        if maker in lower:
+            return maker
+    word = "".join(c if c.isalnum() else " " for c in lower).split()
+    return word[0] if word else "unknown"
+
+
+def keep_cpu_run(path: Path) -> Path | None:
+    """Copy a full CPU ``train_step`` result to ``train_step_cpu_<maker>.json`` beside it; returns the copy.
+
+    Which framework is faster depends on the CPU's maker (torch's MKL GEMMs run at about half XLA's
+    rate on an AMD EPYC and above it on an Intel Xeon), so the report keeps the latest run of each maker
+    in its by-CPU table. ``None`` (nothing kept) for a GPU run.
+    """
+    data = json.loads(Path(path).read_text())
+    if data.get("device", "cpu") != "cpu":
+        return None
+    kept = Path(path).with_name(f"train_step_cpu_{cpu_maker(_machine(data).get('cpu', ''))}.json")
+    kept.write_text(Path(path).read_text())
+    return kept
 
 
 # ----------------------------------------------------------------------------- report
@@ -213,6 +242,34 @@ def _section_train_step(data: dict[str, Any]) -> list[str]:
                              f"{mib(j, 'peak_rss_growth_bytes')} | {mib(t, 'torch_saved_bytes')} | "
                              f"{mib(j, 'xla_temp_bytes')} |")
     return lines
+
+
+def _section_by_cpu(results_dir: Path) -> list[str]:
+    """The train and inference ratios of the latest full ``train_step`` run on each CPU maker's machine."""
+    runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("train_step_cpu_*.json"))]
+    if not runs:
+        return []
+    machines = [_machine(run) for run in runs]
+    lines = ["## Train step and inference by CPU", "",
+             "The same benchmark's ratios (torch eager time / JAX time, paired by round; above 1, JAX is faster) "
+             "on each CPU maker's 2-core machine it last ran on. torch's GEMMs run MKL, whose kernels depend on "
+             "the maker; its convolutions run oneDNN on both (as do jax_impl's); XLA's GEMMs are its own.", ""]
+    for machine, run in zip(machines, runs):
+        peak = run.get("peak_gflops") or {}
+        gemm = f", float32 GEMM peak torch {peak['torch']:.0f} / XLA {peak['jax']:.0f} GFLOP/s" if peak else ""
+        lines.append(f"- {machine.get('cpu', '?')}: torch {machine.get('torch', '?')}, jax {machine.get('jax', '?')}"
+                     f"{gemm}, measured {str(machine.get('date', '?'))[:10]}.")
+    names = [m.get("cpu", "?") for m in machines]
+    lines += ["", "| case | " + " | ".join(f"{n} train | {n} infer" for n in names) + " |",
+              "|---|" + "---|---|" * len(runs)]
+    cases = list(dict.fromkeys(case for run in runs for case in run["cases"]))
+    for case in cases:
+        cells = [case]
+        for run in runs:
+            res = run["cases"].get(case)
+            cells += [f"{res[mode]['ratio']:.2f}" if res else "n/a" for mode in ("train", "infer")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _section_conv(data: dict[str, Any]) -> list[str]:
@@ -492,5 +549,7 @@ def render_markdown(results_dir: Path | None = None) -> str:
         if date:
             lines += ["", f"Measured {date}."]
         lines.append("")
+        if name == "train_step":
+            lines += _section_by_cpu(results_dir)
     lines += _section_gpu(results_dir)
     return "\n".join(lines)

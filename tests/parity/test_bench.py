@@ -192,3 +192,29 @@ def test_gpu_throughput_rows_name_the_run_that_measured_them(tmp_path):
     assert ("2026-01-02T03:00 (code at aaa): a float32; 2026-01-02T05:00 (code at bbb): a bf16." in text)
     assert "| float32 | train | 100 | - | 200 | 2.00 | - | 100 | - |" in text
     assert "| bf16 | train | 100 | 150 | 300 | 3.00 | 2.00 | 100 | 100 |" in text
+
+
+def test_each_cpu_makers_last_run_is_kept_and_tabled(tmp_path):
+    """A full CPU train_step run is kept per CPU maker; the report tables every maker's ratios side by side."""
+    for cpu, ratio in (("Intel(R) Xeon(R) Processor", 0.5), ("AMD EPYC", 1.5)):
+        data = json.loads(json.dumps(FAKE["train_step"]))
+        data["machine"] = dict(_MACHINE, cpu=cpu, date="2026-01-02T00:00:00")
+        data["cases"]["lenet_b256"]["train"]["ratio"] = ratio
+        data["peak_gflops"] = {"torch": 100.0, "jax": 200.0}
+        (tmp_path / "train_step.json").write_text(json.dumps(data))
+        kept = bench.keep_cpu_run(tmp_path / "train_step.json")
+        assert kept.name == f"train_step_cpu_{bench.cpu_maker(cpu)}.json"
+    assert sorted(p.name for p in tmp_path.glob("train_step_cpu_*.json")) == [
+        "train_step_cpu_amd.json", "train_step_cpu_intel.json"]
+    text = bench.render_markdown(tmp_path)
+    assert "| case | AMD EPYC train | AMD EPYC infer | Intel(R) Xeon(R) Processor train |" in text
+    assert "| lenet_b256 | 1.50 | 1.00 | 0.50 | 1.00 |" in text
+    assert "- AMD EPYC: torch 0.0, jax 0.0, float32 GEMM peak torch 100 / XLA 200 GFLOP/s, measured 2026-01-02." in text
+
+
+def test_a_gpu_train_step_run_is_not_kept_as_a_cpu_one(tmp_path):
+    data = dict(FAKE["train_step"], device="cuda")
+    (tmp_path / "train_step_cuda.json").write_text(json.dumps(data))
+    assert bench.keep_cpu_run(tmp_path / "train_step_cuda.json") is None
+    assert not list(tmp_path.glob("train_step_cpu_*"))
+    assert bench.cpu_maker("Some Vendor Chip 9") == "some"
