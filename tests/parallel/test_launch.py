@@ -111,6 +111,11 @@ def test_a_signal_while_ranks_start_stops_every_started_rank(monkeypatch) -> Non
             signal.raise_signal(signal.SIGINT)  # Python's default handler: KeyboardInterrupt
 
     monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start_then_signal)
-    with pytest.raises(KeyboardInterrupt):
-        spawn(_workers.raise_on_rank_one, 3, timeout=60)
+    # Python's own SIGINT handler, whatever this process inherited (a shell's background job ignores SIGINT).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            spawn(_workers.raise_on_rank_one, 3, timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(started) == 3
