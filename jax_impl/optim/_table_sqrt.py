@@ -27,9 +27,9 @@ correctly rounded root (on an AMD EPYC: 13.9 M equal, 1.64 M one ULP above,
 1.24 M one ULP below), so :func:`pack_table` stores it as two bits per value,
 ``torch - IEEE + 1`` in ULPs, sixteen to a ``uint32`` word: 4 MiB where the
 values take 64 MiB. The table is a constant of every compiled step that
-takes a sqrt, and jax writes such a step into its persistent compilation
-cache compressed: the 64 MiB table cost seconds per step to store and a
-third of a second to load, the packed one a sixteenth. :func:`table_sqrt`
+takes a sqrt, and jax compresses such a step into its persistent
+compilation cache: with the 64 MiB table, storing even a small step takes
+seconds and loading it a third of a second (docs/mkl_sqrt.md). :func:`table_sqrt`
 evaluates either form, with the same result bit for bit: the packed form
 adds its code to XLA's correctly rounded ``sqrt`` of ``t``.
 """
