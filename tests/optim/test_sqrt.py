@@ -120,3 +120,20 @@ def test_a_table_more_than_one_ulp_from_ieee_keeps_its_values():
     with pytest.raises(ValueError, match="float32"):
         pack_table(table[:10])
 
+
+
+def test_registered_table_is_compiled_packed_where_it_packs(monkeypatch):
+    """``set_sqrt_table`` keeps the values and their two-bit form; a table that does not pack is compiled whole."""
+    from jax_impl.optim import _sqrt, get_sqrt_table, set_sqrt_table
+
+    for name in ("_sqrt_table", "_packed_table"):  # the process's registered table comes back afterwards
+        monkeypatch.setattr(_sqrt, name, getattr(_sqrt, name))
+    x = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
+    table = np.sqrt(x)
+    set_sqrt_table(table)
+    assert get_sqrt_table() is table
+    assert get_sqrt_table(packed=True).shape == (PACKED_SIZE,)
+    table = table.copy()
+    table.view(np.int32)[7] -= 2
+    set_sqrt_table(table)
+    assert get_sqrt_table(packed=True) is table
