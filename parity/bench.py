@@ -131,11 +131,12 @@ def keep_cpu_run(path: Path) -> Path | None:
     rate on an AMD EPYC and above it on an Intel Xeon), so the report keeps the latest run of each maker
     in its by-CPU table. ``None`` (nothing kept) for a GPU run.
     """
-    data = json.loads(Path(path).read_text())
+    text = Path(path).read_text()
+    data = json.loads(text)
     if data.get("device", "cpu") != "cpu":
         return None
     kept = Path(path).with_name(f"train_step_cpu_{cpu_maker(_machine(data).get('cpu', ''))}.json")
-    kept.write_text(Path(path).read_text())
+    kept.write_text(text)
     return kept
 
 
