@@ -57,8 +57,16 @@ def torch_sqrt_table() -> np.ndarray | None:
     torch = _torch_or_none()
     if torch is None:
         return None
-    inputs = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
-    return torch.sqrt(torch.from_numpy(inputs)).numpy().copy()
+    table = np.empty(1 << 24, np.float32)
+    # In runs of 2**20 inputs, each written into its place: the kernels do not depend on the length or the
+    # position (jax_impl/optim/_table_sqrt.py), and a 64 MiB array of inputs would be as many fresh pages
+    # to fault in again.
+    run = 1 << 20
+    out = torch.from_numpy(table)
+    for start in range(0, 1 << 24, run):
+        inputs = np.arange(0x3F800000 + start, 0x3F800000 + start + run, dtype=np.uint32).view(np.float32)
+        torch.sqrt(torch.from_numpy(inputs), out=out[start:start + run])
+    return table
 
 
 def _probe_inputs(samples: int) -> list[np.ndarray]:

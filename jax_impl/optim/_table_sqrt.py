@@ -47,6 +47,7 @@ TABLE_SIZE = 1 << 24  # float32 values on [1, 4): bit patterns 0x3f800000 .. 0x4
 _CODES_PER_WORD = 16  # two bits per value in a uint32
 PACKED_SIZE = TABLE_SIZE // _CODES_PER_WORD
 _ONE = 0x3F800000  # float32 bits of 1.0: table index 0
+_PACK_RUN = 1 << 20  # values packed at a time
 
 
 def pack_table(table: np.ndarray) -> np.ndarray | None:
@@ -59,14 +60,21 @@ def pack_table(table: np.ndarray) -> np.ndarray | None:
     values = np.ascontiguousarray(table, dtype=np.float32)
     if values.shape != (TABLE_SIZE,):
         raise ValueError(f"a sqrt table is float32[{TABLE_SIZE}], got {values.dtype}{list(values.shape)}")
-    inputs = (np.arange(TABLE_SIZE, dtype=np.uint32) + _ONE).view(np.float32)
-    # int32 differences of bit patterns: a value that wraps around (a negative one) lands far outside [-1, 1].
-    delta = values.view(np.int32) - np.sqrt(inputs).view(np.int32)
-    if delta.min() < -1 or delta.max() > 1:
-        return None
-    codes = (delta + 1).view(np.uint32).reshape(PACKED_SIZE, _CODES_PER_WORD)
-    codes <<= 2 * np.arange(_CODES_PER_WORD, dtype=np.uint32)
-    return codes.sum(axis=1, dtype=np.uint32)  # the codes' bits do not overlap: the sum is their union
+    words = np.empty(PACKED_SIZE, np.uint32)
+    shifts = 2 * np.arange(_CODES_PER_WORD, dtype=np.uint32)
+    # In runs of 2**20 values: the temporaries stay a few MiB and are reused, where whole-table ones would
+    # each touch 64 MiB of fresh pages (a third of a second of page faults at every process start).
+    for start in range(0, TABLE_SIZE, _PACK_RUN):
+        inputs = (np.arange(start, start + _PACK_RUN, dtype=np.uint32) + _ONE).view(np.float32)
+        # int32 differences of bit patterns: a value that wraps around (a negative one) lands far outside [-1, 1].
+        delta = values[start:start + _PACK_RUN].view(np.int32) - np.sqrt(inputs).view(np.int32)
+        if delta.min() < -1 or delta.max() > 1:
+            return None
+        codes = (delta + 1).view(np.uint32).reshape(-1, _CODES_PER_WORD)
+        codes <<= shifts
+        # The codes' bits do not overlap: the sum is their union.
+        words[start // _CODES_PER_WORD:(start + _PACK_RUN) // _CODES_PER_WORD] = codes.sum(axis=1, dtype=np.uint32)
+    return words
 
 
 def _packed_root(index: jax.Array, packed: jax.Array | np.ndarray) -> jax.Array:
