@@ -16,9 +16,8 @@ from the installed torch (``torch.sqrt`` of every float32 in [1, 4), in runs
 of 2**20 inputs, 64 MiB in all) and this module evaluates the table: split
 ``x = 4**k * t`` with ``t`` in [1, 4) (the unbiased exponent's parity picks
 [1, 2) or [2, 4)), look ``sqrt(t)`` up, and add ``k`` to its exponent
-(exact). Zeros, negative
-numbers, infinities, NaNs and subnormals (which XLA:CPU flushes to zero)
-take ``jnp.sqrt``. One exception measured on AMD EPYC: in the top
+(exact). Zeros, negative numbers, infinities, NaNs and subnormals (which
+XLA:CPU flushes to zero) take ``jnp.sqrt``. One exception measured on AMD EPYC: in the top
 half-binade [2**127, 2**128) 2048 of the 8.4 M values are 1 ULP apart from
 the scaled table (MKL guards against overflow there); squared gradients of
 an optimizer never reach 1.7e38.
