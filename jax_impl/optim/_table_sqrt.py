@@ -17,10 +17,10 @@ of 2**20 inputs, 64 MiB in all) and this module evaluates the table: split
 ``x = 4**k * t`` with ``t`` in [1, 4) (the unbiased exponent's parity picks
 [1, 2) or [2, 4)), look ``sqrt(t)`` up, and add ``k`` to its exponent
 (exact). Zeros, negative numbers, infinities, NaNs and subnormals (which
-XLA:CPU flushes to zero) take ``jnp.sqrt``. One exception measured on AMD EPYC: in the top
-half-binade [2**127, 2**128) 2048 of the 8.4 M values are 1 ULP apart from
-the scaled table (MKL guards against overflow there); squared gradients of
-an optimizer never reach 1.7e38.
+XLA:CPU flushes to zero) take ``jnp.sqrt``. One exception measured on AMD
+EPYC: in the top half-binade [2**127, 2**128) 2048 of the 8.4 M values are
+1 ULP apart from the scaled table (MKL guards against overflow there);
+squared gradients of an optimizer never reach 1.7e38.
 
 Every value of such a table measured so far is within one ULP of the
 correctly rounded root (on an AMD EPYC: 13.9 M equal, 1.64 M one ULP above,
@@ -63,7 +63,7 @@ def pack_table(table: np.ndarray) -> np.ndarray | None:
     words = np.empty(PACKED_SIZE, np.uint32)
     shifts = 2 * np.arange(_CODES_PER_WORD, dtype=np.uint32)
     # In runs of 2**20 values: the temporaries stay a few MiB and are reused, where whole-table ones would
-    # each touch 64 MiB of fresh pages (a third of a second of page faults at every process start).
+    # each fault in 64 MiB of fresh pages, at every process start that registers a table.
     for start in range(0, TABLE_SIZE, _PACK_RUN):
         inputs = (np.arange(start, start + _PACK_RUN, dtype=np.uint32) + _ONE).view(np.float32)
         # int32 differences of bit patterns: a value that wraps around (a negative one) lands far outside [-1, 1].
