@@ -44,6 +44,7 @@ import optax
 from jax import lax
 
 from jax_impl.kernels import TorchOps, runtime_zero
+from jax_impl.optim import _flat_update as flat_update
 from jax_impl.optim._sqrt import get_sqrt_mode, get_sqrt_table, torch_sqrt
 
 __all__ = [
@@ -189,6 +190,7 @@ def torch_optimizer(
     scalar_state: Mapping[str, float] | None = None,
     step_dependent: bool = True,
     converges: bool = False,
+    elementwise: bool = False,
 ) -> TorchTransformation:
     """Builds an optimizer from its host scalar maths and its per-parameter kernel.
 
@@ -209,6 +211,13 @@ def torch_optimizer(
         in the step and reaches its limit (its value at step ``2**62``), e.g.
         bias corrections ``1 - beta**t``: once a step's scalars equal the
         limit, so do all later steps' (see :func:`_scalar_table`).
+      elementwise: the optimizer's promise that ``update_leaf`` is elementwise
+        (each result element depends on the same element of each array input
+        and on the scalars) and that its per-parameter states have the
+        parameter's shape. Then on XLA:CPU a leaf whose kernels take a square
+        root and whose last dimension compiles to scalar loops (conv kernels:
+        ``(O, I, 3, 3)``) is updated on ``(O, -1)`` views, with the same
+        results (:mod:`jax_impl.optim._flat_update`).
 
     Under ``jax.jit`` with constant hyperparameters, the host scalars of the
     first steps are tabulated when the step is traced (:func:`_scalar_table`)
@@ -289,17 +298,28 @@ def torch_optimizer(
 
     @jax.jit
     def kernel(grads, params, leaf_states, vector, count):
-        ops = TorchOps(runtime_zero(count), sqrt)
+        roots = [0]  # square roots the leaves' kernels have taken so far
+
+        def counted_sqrt(x: jax.Array) -> jax.Array:
+            roots[0] += 1
+            return sqrt(x)
+
+        ops = TorchOps(runtime_zero(count), counted_sqrt)
         step = count + 1
 
         def one(g, p, *s):
             _check_leaf(g, p)
             c = {k: vector[i].astype(p.dtype) for i, k in enumerate(scalar_names)}
-            out = update_leaf(ops, c, step, g.astype(p.dtype), p, *s)
-            return tuple(out)
+            g = g.astype(p.dtype)
+            before = roots[0]
+            out = tuple(update_leaf(ops, c, step, g, p, *s))
+            if elementwise and roots[0] > before and flat_update.applies(p, s):
+                # Scalar loops on XLA:CPU: the same kernels on 2-D views (jax_impl.optim._flat_update).
+                return flat_update.on_rows(lambda *a: update_leaf(ops, c, step, *a), p.shape, (g, p, *s))
+            return out
 
         treedef = jax.tree.structure(params)
-        flat = treedef.flatten_up_to(jax.tree.map(one, grads, params, *leaf_states))
+        flat = flat_update.restore(treedef.flatten_up_to(jax.tree.map(one, grads, params, *leaf_states)))
         new_params, *new_leaf_states = _unzip(treedef, flat, 0, 1 + n_leaf)
         return new_params, tuple(new_leaf_states)
 

@@ -75,4 +75,5 @@ def adadelta(
         update_leaf=update_leaf,
         leaf_state_names=("square_avg", "acc_delta"),
         step_dependent=False,
+        elementwise=True,
     )

@@ -81,4 +81,5 @@ def adagrad(
         update_leaf=update_leaf,
         leaf_state_names=("sum",),
         step_dependent=lr_decay != 0,
+        elementwise=True,
     )

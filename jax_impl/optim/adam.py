@@ -112,6 +112,7 @@ def adam(
         update_leaf=update_leaf,
         leaf_state_names=("exp_avg", "exp_avg_sq", "max_exp_avg_sq"),
         converges=True,  # bias corrections 1 - beta**t: monotone, constant once beta**t < 2**-54
+        elementwise=True,
     )
 
 

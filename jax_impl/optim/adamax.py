@@ -72,4 +72,5 @@ def adamax(
         update_leaf=update_leaf,
         leaf_state_names=("exp_avg", "exp_inf"),
         converges=True,  # bias corrections 1 - beta**t: monotone, constant once beta**t < 2**-54
+        elementwise=True,
     )

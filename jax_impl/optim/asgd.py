@@ -122,6 +122,7 @@ def asgd(
         update_leaf=update_leaf,
         leaf_state_names=("ax",),
         scalar_state={"eta": initial_eta, "mu": 1.0},
+        elementwise=True,
     )
 
 

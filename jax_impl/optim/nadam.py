@@ -108,4 +108,5 @@ def nadam(
         leaf_state_names=("exp_avg", "exp_avg_sq"),
         scalar_state={"mu_product": 1.0},
         converges=True,  # monotone; constant once mu_product underflows to 0 and 0.96**(t*psi) < 2**-54
+        elementwise=True,
     )

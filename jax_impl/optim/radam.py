@@ -120,4 +120,5 @@ def radam(
         update_leaf=update_leaf,
         leaf_state_names=("exp_avg", "exp_avg_sq"),
         converges=True,  # bias corrections 1 - beta**t: monotone, constant once beta**t < 2**-54
+        elementwise=True,
     )

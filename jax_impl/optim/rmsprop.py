@@ -103,4 +103,5 @@ def rmsprop(
         update_leaf=update_leaf,
         leaf_state_names=("square_avg", "grad_avg", "momentum_buffer"),
         step_dependent=False,
+        elementwise=True,
     )

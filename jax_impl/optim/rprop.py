@@ -94,4 +94,5 @@ def rprop(
         update_leaf=update_leaf,
         leaf_state_names=("prev", "step_size"),
         step_dependent=False,
+        elementwise=True,
     )

@@ -96,4 +96,5 @@ def sgd(
         update_leaf=update_leaf,
         leaf_state_names=("momentum_buffer",),
         step_dependent=False,
+        elementwise=True,
     )
