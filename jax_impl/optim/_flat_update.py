@@ -42,11 +42,11 @@ class Rows(NamedTuple):
 
 def applies(param: jax.Array, states: Sequence[Any]) -> bool:
     """Whether ``param``'s update runs as scalar loops on XLA:CPU and can run on 2-D views: the CPU backend, at
-    least three dimensions, a last one above 1 that is not a multiple of 4, and every per-parameter state
-    either absent or of the parameter's shape."""
+    least three dimensions, a last one above 1 that is not a multiple of 4, not empty, and every
+    per-parameter state either absent or of the parameter's shape."""
     shape = param.shape
     return (jax.default_backend() == "cpu" and len(shape) > 2 and shape[-1] > 1
-            and shape[-1] % _VECTOR_MULTIPLE != 0
+            and shape[-1] % _VECTOR_MULTIPLE != 0 and param.size > 0
             and all(s is None or getattr(s, "shape", None) == shape for s in states))
 
 

@@ -44,3 +44,21 @@ def test_the_route_is_taken_where_it_applies():
     assert _barriers(optim.adam(), {"deconv.weight": (4, 2, 4, 4), "fc.weight": (3, 5), "bias": (3,)}) == 0
     assert _barriers(optim.sgd(lr=0.1, momentum=0.9), CONV_SHAPES) == 0
     assert _barriers(optim.adafactor(), CONV_SHAPES) == 0
+    assert _barriers(optim.adam(), {"empty.weight": (0, 3, 3, 3)}) == 0
+
+
+def test_a_vmapped_step_is_each_replicas_step():
+    """Under ``jax.vmap`` (data-parallel replicas, ``jax_mode: vmap``) the views and the barrier map over the
+    replicas: each replica's result is its own step's, bit for bit."""
+    tx = optim.rmsprop(lr=1e-2, centered=True, momentum=0.5)
+    keys = jax.random.split(jax.random.key(3), 4)
+    params = {"w": jax.random.normal(keys[0], (2, 8, 6, 3, 3)), "b": jax.random.normal(keys[1], (2, 8))}
+    grads = {"w": jax.random.normal(keys[2], (2, 8, 6, 3, 3)), "b": jax.random.normal(keys[3], (2, 8))}
+    states = jax.vmap(tx.init)(params)
+    step = jax.jit(jax.vmap(lambda g, s, p: tx.step(g, s, p)))
+    mapped, _ = step(grads, states, params)
+    for i in range(2):
+        one = jax.tree.map(lambda x: x[i], (grads, states, params))
+        alone, _ = jax.jit(tx.step)(*one)
+        for name in ("w", "b"):
+            assert jnp.array_equal(mapped[name][i], alone[name]), name
