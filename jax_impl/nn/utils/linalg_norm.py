@@ -73,6 +73,14 @@ def _default_threads() -> int:
         if value.isdigit() and int(value) > 0:
             return int(value)
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    return _physical_cores(frozenset(cpus))
+
+
+@functools.lru_cache(maxsize=8)
+def _physical_cores(cpus: frozenset[int]) -> int:
+    """The physical cores among the logical CPUs ``cpus`` (``/proc/cpuinfo``), or their count where it cannot
+    be read. Kept per CPU set: LBFGS's dot products ask for every direction they add up, and reading
+    ``/proc/cpuinfo`` costs more than such a product."""
     try:
         cores, cpu = set(), None
         with open("/proc/cpuinfo") as f:
