@@ -27,14 +27,18 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     a, b, c = (np.asarray(v, _F32) for v in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     a, b, c = (np.atleast_1d(v) for v in (a, b, c))  # 0-d inputs too (np.nonzero needs 1-d)
-    p = a.astype(_F64) * b.astype(_F64)
-    cd = np.broadcast_to(c, p.shape).astype(_F64)
-    s = p + cd
-    r = np.asarray(s.astype(_F32))
-    halfway = (s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
-    if np.any(halfway):
+    # Few passes, in place: LBFGS adds each of its directions with this, on every iteration.
+    with np.errstate(all="ignore"):  # infinities and NaNs as fmaf gives them, silently
+        s = np.multiply(a, b, dtype=_F64)  # exact
+        s = np.add(s, c, out=s if s.shape == np.broadcast_shapes(s.shape, c.shape) else None)
+        r = np.asarray(s.astype(_F32))
+    low = np.bitwise_and(s.view(np.uint64), np.uint64(0x1FFFFFFF), out=s.view(np.uint64))  # s is spent
+    halfway = low == np.uint64(0x10000000)
+    if halfway.any():
         idx = np.nonzero(halfway)
-        ps, cs, ss = p[idx], cd[idx], s[idx]
+        ps = np.broadcast_to(a, s.shape)[idx].astype(_F64) * np.broadcast_to(b, s.shape)[idx].astype(_F64)
+        cs = np.broadcast_to(c, s.shape)[idx].astype(_F64)
+        ss = ps + cs
         bv = ss - ps
         err = (ps - (ss - bv)) + (cs - bv)  # TwoSum: ss + err == ps + cs exactly
         rs = r[idx]
@@ -64,30 +68,65 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     is ``round(s + RO(t + e))`` with ``RO`` the sum rounded to odd (Boldo and Melquiond, "Emulation of FMA
     and correctly rounded sums: proved algorithms using rounding to odd", IEEE Trans. Computers 57(4),
     2008): one rounding of the exact sum. ``RO(t + e)`` is the nearest sum, moved one ULP towards the exact
-    value when the sum is inexact and its last significand bit is even. The elements where the splits
-    could overflow or the terms underflow are computed in exact rationals.
+    value when the sum is inexact and its last significand bit is even. A zero result takes IEEE's sign
+    rule from ``a * b + c`` (the pairs' zeros have lost it). The elements where the splits could overflow
+    or the terms underflow are computed in exact rationals.
     """
     a, b, c = (np.asarray(v, _F64) for v in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-    a, b, c = (np.atleast_1d(v) for v in np.broadcast_arrays(a, b, c))  # 0-d inputs too (np.nonzero needs 1-d)
+    a, b, c = (np.atleast_1d(v) for v in (a, b, c))  # 0-d inputs too (np.nonzero needs 1-d)
+    # In place, and a scalar operand never broadcast to a vector before it must be: LBFGS adds each of its
+    # directions with this, on every iteration, and every pass over a vector costs.
     with np.errstate(all="ignore"):
         p = a * b
+        full = np.broadcast_shapes(p.shape, c.shape)
+        if p.shape != full:
+            p = np.broadcast_to(p, full).copy()
         ah, al = _split(a)
         bh, bl = _split(b)
-        e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-        s, t = _two_sum(p, c)
-        w, d = _two_sum(t, e)
-        even = (w.view(np.uint64) & np.uint64(1)) == 0
-        w = np.where((d != 0) & even, np.nextafter(w, np.where(d > 0, np.inf, -np.inf)), w)  # rounded to odd
-        r = np.asarray(s + w)
-        magnitude = np.maximum(np.abs(a), np.abs(b))
-        tiny = lambda x: (x != 0) & (np.abs(x) < 2.0**-960)  # noqa: E731 - terms near the subnormal range
-        unsafe = ~np.isfinite(r) | (magnitude > 2.0**995) | tiny(p) | tiny(w) | tiny(r)
-    if np.any(unsafe):
+        e = np.subtract(ah * bh, p)  # Dekker: p + e == a * b
+        e += ah * bl
+        e += al * bh
+        e += al * bl
+        s = p + c  # TwoSum: s + t == p + c
+        bv = s - p
+        t = p - (s - bv)
+        t += c - bv
+        w = t + e  # TwoSum: w + d == t + e
+        bv = np.subtract(w, t, out=bv)
+        d = t - (w - bv)
+        d += e - bv
+        # Rounded to odd: one ULP towards the exact value where the sum is inexact and w's last bit even,
+        # up in magnitude where d has w's sign (w is finite and nonzero there: a sum that rounds to zero
+        # is exact, and a non-finite one is redone in rationals below).
+        bits = w.view(np.int64)
+        inexact_even = (d != 0) & ((bits & 1) == 0)
+        step = np.equal(np.signbit(w), np.signbit(d)).view(np.int8).astype(np.int64)
+        step *= 2
+        step -= 1
+        np.add(bits, step, out=bits, where=inexact_even)
+        r = np.add(s, w, out=s)
+        zero = r == 0
+        if zero.any():
+            r[zero] = np.broadcast_to(a * b + c, full)[zero]
+        unsafe = ~np.isfinite(r)
+        if max(np.max(a), -np.min(a), np.max(b), -np.min(b)) > 2.0**995 or np.isnan(a).any() or np.isnan(b).any():
+            unsafe |= np.maximum(np.abs(a), np.abs(b)) > 2.0**995
+        unsafe |= _tiny(p)
+        unsafe |= _tiny(w)
+        unsafe |= _tiny(r)
+    if unsafe.any():
         idx = np.nonzero(unsafe)
-        r[idx] = [_exact(x, y, z) for x, y, z in zip(a[idx].tolist(), b[idx].tolist(), c[idx].tolist(),
-                                                    strict=True)]
+        r[idx] = [_exact(x, y, z) for x, y, z in zip(np.broadcast_to(a, full)[idx].tolist(),
+                                                    np.broadcast_to(b, full)[idx].tolist(),
+                                                    np.broadcast_to(c, full)[idx].tolist(), strict=True)]
     return r.reshape(shape)
+
+
+def _tiny(x: np.ndarray) -> np.ndarray:
+    """Nonzero terms near the subnormal range, where the splits lose bits."""
+    magnitude = np.abs(x)
+    return (magnitude < 2.0**-960) & (magnitude != 0)
 
 
 def _exact(a: float, b: float, c: float) -> float:

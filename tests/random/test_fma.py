@@ -75,3 +75,33 @@ def test_fma64_decides_inexact_low_parts_without_rationals(monkeypatch):
     assert not calls
     expected = np.array([_exact64(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())])
     np.testing.assert_array_equal(ours, expected)
+
+
+def test_zero_results_take_ieee_signs_and_scalars_broadcast():
+    """A zero result's sign is IEEE's for ``a * b + c`` (``-0.0`` only from two negative zeros), with each
+    operand a scalar or a vector, as LBFGS adds ``alpha * direction`` to a vector."""
+    values = [0.0, -0.0, 1.5, -1.5]
+    grid = np.array([(a, b, c) for a in values for b in (0.0, -0.0, 2.0, -2.0) for c in (0.0, -0.0, 3.0, -3.0)])
+    a, b, c = grid.T
+    expected = np.array([x * y + z for x, y, z in grid.tolist()])  # exact products and sums: one rounding
+    for fma, dtype in ((fma64, np.float64), (fma32, np.float32)):
+        a_, b_, c_ = (v.astype(dtype) for v in (a, b, c))
+        np.testing.assert_array_equal(np.signbit(fma(a_, b_, c_)), np.signbit(expected))
+        np.testing.assert_array_equal(fma(a_, b_, c_), expected.astype(dtype))
+        for i in range(len(grid)):  # each operand alone as a scalar against the others' vectors
+            for args in ((a_[i], b_, c_), (a_, b_[i], c_), (a_, b_, c_[i]), (a_[i], b_[i], c_[i])):
+                got = fma(*args)
+                want = np.broadcast_to(np.asarray(args[0], np.float64) * args[1] + args[2], got.shape)
+                assert got.shape == np.broadcast_shapes(*(np.shape(v) for v in args))
+                np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+                np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+def test_fma64_scalar_times_vector_is_one_rounding():
+    rng = np.random.default_rng(3)
+    y = rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)
+    x = -y * 0.3 * (1 + rng.integers(-4, 5, 3000) * 2.0**-52)  # cancellation against 0.3 * y
+    x[:1000] = rng.standard_normal(1000)
+    ours = fma64(y, 0.3, x)
+    expected = np.array([_exact64(v, 0.3, w) for v, w in zip(y.tolist(), x.tolist())])
+    np.testing.assert_array_equal(ours, expected)
