@@ -21,8 +21,10 @@ in the order given, each raveled), in the parameters' dtype:
 
 The closure evaluations are the same in number and order as torch's, so a
 closure that draws random numbers or counts calls sees what torch's sees.
-Dot products are torch's (MKL's kernel, summed in its order:
-:func:`jax_impl.optim.lbfgs_dot.torch_dot`) and the line search's scalar
+Additions with ``alpha`` are torch's fused multiply-adds
+(:func:`jax_impl.optim.lbfgs_add.torch_add`), dot products are torch's (MKL's
+kernel, summed in its order: :func:`jax_impl.optim.lbfgs_dot.torch_dot`) and
+the line search's scalar
 arithmetic follows torch's 0-d tensors (NumPy scalars stand for them), so on
 torch's closure values the runs are torch's bit for bit, float64 and float32
 (tests/optim/test_lbfgs.py). ``sum |g|`` (the first step length) is ATen's
@@ -43,9 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.optim._sqrt import get_sqrt_mode, torch_sqrt
+from jax_impl.optim.lbfgs_add import torch_add
 from jax_impl.optim.lbfgs_dot import torch_dot
 from jax_impl.optim.lbfgs_sum import torch_sum
-from jax_impl.random.fma import fma32, fma64
 
 __all__ = ["LBFGS", "LBFGSState", "lbfgs"]
 
@@ -69,13 +71,6 @@ class LBFGSState(NamedTuple):
     prev_flat_grad: np.ndarray | None = None
     prev_loss: float | None = None
     al: tuple | None = None
-
-
-def _add(x: np.ndarray, alpha, y: np.ndarray) -> np.ndarray:
-    """``x.add(y, alpha=alpha)`` as torch's CPU kernel computes it: ``fma(y, alpha, x)``, rounded once
-    (the vectorised loop is ``vec::fmadd``, its scalar tail GCC-contracted the same way)."""
-    fma = fma64 if x.dtype == np.float64 else fma32
-    return fma(y, np.asarray(alpha, x.dtype), x).astype(x.dtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -301,11 +296,11 @@ class LBFGS:
                 q = -flat_grad
                 for i in range(num_old - 1, -1, -1):
                     al[i] = torch_dot(old_stps[i], q) * ro[i]
-                    q = _add(q, -al[i], old_dirs[i])
+                    q = torch_add(q, -al[i], old_dirs[i])
                 d = r = q * dt(H_diag)
                 for i in range(num_old):
                     be_i = torch_dot(old_dirs[i], r) * ro[i]
-                    r = _add(r, al[i] - be_i, old_stps[i])
+                    r = torch_add(r, al[i] - be_i, old_stps[i])
                 d = r
             prev_flat_grad = flat_grad.copy()
             prev_loss = loss
@@ -324,16 +319,16 @@ class LBFGS:
                 x_init = x.copy()
 
                 def obj_func(x0, step, direction):
-                    _, value, grad = evaluate(_add(x0, step, direction))
+                    _, value, grad = evaluate(torch_add(x0, step, direction))
                     return value, grad
 
                 loss, flat_grad, t, ls_func_evals = _strong_wolfe(
                     obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals,
                     sqrt=_scalar_sqrt(self.sqrt_mode))
-                x = _add(x, t, d)
+                x = torch_add(x, t, d)
                 opt_cond = np.abs(flat_grad).max() <= tolerance_grad
             else:
-                x = _add(x, t, d)
+                x = torch_add(x, t, d)
                 if n_iter != max_iter:
                     _, loss, flat_grad = evaluate(x)
                     opt_cond = np.abs(flat_grad).max() <= tolerance_grad
