@@ -12,8 +12,8 @@ check: a few NumPy passes). float64 has no wider type to sum in, and its exact
 emulation, :func:`jax_impl.random.fma.fma64`, takes some forty passes over
 the vectors; long float64 vectors are added instead by ``x + alpha * y``
 compiled by XLA on the CPU, where LLVM contracts it into the hardware FMA (the
-contraction :class:`jax_impl.kernels.TorchOps` relies on): about 2.5x faster
-with the transfers counted. XLA:CPU runs with denormals flushed (subnormal
+contraction :class:`jax_impl.kernels.TorchOps` relies on), one pass however
+the operands are passed. XLA:CPU runs with denormals flushed (subnormal
 operands read as zero, subnormal results written as zero), which torch does
 not, so the compiled call also reports whether any operand is subnormal or
 any result is zero where its operands are not; such calls are computed again
@@ -39,8 +39,8 @@ __all__ = ["torch_add"]
 # microseconds) exceeds the emulation's passes.
 MIN_COMPILED_SIZE = 2048
 
-# The float64 encoding: exponent field, significand field, sign bit.
-_EXPONENT, _SIGNIFICAND, _SIGN = 0x7FF0000000000000, 0x000FFFFFFFFFFFFF, 0x8000000000000000
+# The float64 encoding: exponent field, significand field, everything but the sign.
+_EXPONENT, _SIGNIFICAND, _MAGNITUDE = 0x7FF0000000000000, 0x000FFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF
 
 
 def torch_add(x: np.ndarray, alpha, y: np.ndarray) -> np.ndarray:
@@ -81,7 +81,7 @@ def _kernel(x: jax.Array, alpha: jax.Array, y: jax.Array) -> jax.Array:
         return zero_or_subnormal(v) & (bits(v) & jnp.uint64(_SIGNIFICAND) != 0)
 
     def zero(v):
-        return bits(v) & jnp.uint64(~_SIGN & 0xFFFFFFFFFFFFFFFF) == 0
+        return bits(v) & jnp.uint64(_MAGNITUDE) == 0
 
     result = x + alpha * y
     both_zero = zero(x) & (zero(y) | zero(alpha))
@@ -106,13 +106,12 @@ def _compiled() -> Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarr
             out = np.asarray(kernel(*place(x, alpha, y)))
         return out[:-1].copy(), bool(out[-1] == 1)  # a writable array of its own, as the emulation's
 
-    kind = np.float64
     rng = np.random.default_rng(0)
-    y = rng.standard_normal(MIN_COMPILED_SIZE).astype(kind)
-    for alpha in (kind(0.3), kind(-2.5)):
-        x = (-y * alpha * (1 + rng.standard_normal(y.size) * 1e-3)).astype(kind)  # cancellations: FMA shows
+    y = rng.standard_normal(MIN_COMPILED_SIZE)
+    for alpha in (0.3, -2.5):
+        x = -y * alpha * (1 + rng.standard_normal(y.size) * 1e-3)  # cancellations: where FMA shows
         x[:2], y[:2] = 0, [0, -0.0]
-        alpha = np.asarray(alpha, kind)
+        alpha = np.asarray(alpha)
         try:
             got, exact = compiled(x, alpha, y)
         except Exception:  # noqa: BLE001 - any failure of the compiled route: the emulation stays
