@@ -48,6 +48,15 @@ def _shape(size: int | Sequence[int]) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
+def _fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
+    """torch's ``NormalFill16`` on each row of ``blocks``: compiled by XLA where that route applies
+    (:mod:`jax_impl.random._normal_xla`, imported on first use: it imports jax), else in NumPy."""
+    from jax_impl.random import _normal_xla
+
+    compiled = _normal_xla.fill16(blocks, mean, std)
+    return _normal.fill16(blocks, mean, std) if compiled is None else compiled
+
+
 def _after_staged_draws(method: Callable) -> Callable:
     """``method`` run once the computations already dispatched have made their draws.
 
@@ -461,15 +470,15 @@ class Generator:
         full = count // 16 * 16
         if dtype in (np.float32, np.float64):
             data = self._uniforms(count, dtype)  # the whole tensor first, then the transform
-            data[:full] = _normal.fill16(data[:full].reshape(-1, 16), mean, std).reshape(-1)
+            data[:full] = _fill16(data[:full].reshape(-1, 16), mean, std).reshape(-1)
             if count % 16:
-                data[-16:] = _normal.fill16(self._uniforms(16, dtype).reshape(1, 16), mean, std).reshape(-1)
+                data[-16:] = _fill16(self._uniforms(16, dtype).reshape(1, 16), mean, std).reshape(-1)
             return data
         # float16 / bfloat16: float uniforms block by block into a buffer, transformed in float, then narrowed.
         data = np.empty(count, dtype)
-        data[:full] = _normal.fill16(self._uniforms(full, np.float32).reshape(-1, 16), mean, std).reshape(-1)
+        data[:full] = _fill16(self._uniforms(full, np.float32).reshape(-1, 16), mean, std).reshape(-1)
         if count % 16:
-            data[-16:] = _normal.fill16(self._uniforms(16, np.float32).reshape(1, 16), mean, std).reshape(-1)
+            data[-16:] = _fill16(self._uniforms(16, np.float32).reshape(1, 16), mean, std).reshape(-1)
         return data
 
     def _normal_small(self, count: int, mean: float, std: float, dtype: np.dtype) -> np.ndarray:

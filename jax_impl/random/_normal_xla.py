@@ -1,0 +1,193 @@
+"""torch's float32 ``NormalFill16`` (its AVX2 kernel) compiled by XLA: :mod:`jax_impl.random._normal`'s numbers, faster.
+
+:func:`jax_impl.random._normal.fill16` computes ``log256_ps`` and
+``sincos256_ps`` of ``avx_mathfun.h`` in NumPy, each fused multiply-add of
+GCC's contraction emulated exactly (:func:`jax_impl.random.fma.fma32`), some
+twenty of them per block, each several NumPy passes: an order of magnitude
+slower than torch's kernel, on every step that draws noise. Here the same operations run as one XLA:CPU computation, where LLVM contracts
+``a * b + c`` into the hardware FMA (as :class:`jax_impl.kernels.TorchOps`
+relies on); a product that GCC rounds before its sum, where XLA could fuse
+either of two products, is kept apart by :func:`jax_impl.kernels.rounded`.
+
+The same numbers: every float32 uniform torch draws (``k / 2**24``) gives the
+NumPy module's ``log256_ps`` and ``sincos256_ps`` bit for bit
+(tests/random/test_normal_xla.py). XLA:CPU flushes denormals, which torch
+does not; the transforms never meet one on those inputs, but the last step,
+``fma(radius * cos, std, mean)``, takes the caller's ``std`` and ``mean``, so
+a subnormal mean or std is left to NumPy, and a call reports whether any
+result lies below float32's smallest normal: NumPy then computes the blocks
+that hold one (a zero from a uniform of 0 is one, a flushed result another). Where the
+compiled route does not give NumPy's numbers (no FMA contraction), it is not
+used: each size bucket's first compiled call is checked against NumPy's.
+
+Block counts are padded to powers of two (a compile per bucket, not per
+tensor size) and cut into runs of at most ``2**16`` blocks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_impl._barrier import barrier
+from jax_impl.kernels import rounded
+from jax_impl.random import _normal
+
+__all__ = ["fill16"]
+
+# Block counts: padded to a power of two from 16 (a compile per bucket), cut into runs of 2**16; from 1024
+# the halves are computed apart (:func:`_transform`).
+_MIN_BLOCKS, _APART_BLOCKS, _MAX_BLOCKS = 16, 1 << 10, 1 << 16
+_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _log256_ps(x: jax.Array, zero: jax.Array) -> jax.Array:
+    """:func:`jax_impl.random._normal.log256_ps`, operation for operation."""
+    f32 = jnp.float32
+    x = jnp.maximum(x, _normal._MIN_NORM_POS)
+    bits = lax.bitcast_convert_type(x, jnp.int32)
+    e = ((bits >> 23) - 0x7F).astype(f32) + f32(1)
+    half = np.array(0.5, np.float32).view(np.int32)
+    x = lax.bitcast_convert_type((bits & jnp.int32(~0x7F800000)) | jnp.int32(half), f32)
+    mask = x < _normal._SQRTHF
+    tmp = jnp.where(mask, x, f32(0))
+    x = x - f32(1)
+    e = e - mask.astype(f32)
+    x = x + tmp
+    z = x * x
+    p = _normal._LOG_P
+    y = p[0] * x + p[1]
+    for c in p[2:]:
+        y = y * x + c
+    y = y * x
+    y = y * z + rounded(e * _normal._LOG_Q1, zero)  # GCC fuses the first product, rounds the second
+    y = -z * f32(0.5) + y
+    return e * _normal._LOG_Q2 + (x + y)
+
+
+def _sincos256_ps(x: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`jax_impl.random._normal.sincos256_ps`, operation for operation."""
+    f32, i32 = jnp.float32, jnp.int32
+    sign_sin = lax.bitcast_convert_type(x, i32) & i32(-0x80000000)
+    x = jnp.abs(x)
+    j = ((x * _normal._FOPI).astype(i32) + 1) & ~1  # truncation, as cvttps
+    y = j.astype(f32)
+    sign_sin = sign_sin ^ ((j & 4) << 29)
+    sin_poly = (j & 2) == 0
+    sign_cos = (~(j - 2) & 4) << 29
+    x = y * _normal._DP1 + x
+    x = y * _normal._DP2 + x
+    x = y * _normal._DP3 + x
+    z = x * x
+    c0, c1, c2 = _normal._COS_P
+    yc = c0 * z + c1
+    yc = yc * z + c2
+    yc = rounded(yc * z, zero) * z + rounded(-(z * f32(0.5)), zero)  # fma(yc * z, z, -(z * 0.5))
+    yc = yc + f32(1)
+    s0, s1, s2 = _normal._SIN_P
+    ys = s0 * z + s1
+    ys = ys * z + s2
+    ys = rounded(ys * z, zero) * x + x
+    ysin2 = jnp.where(sin_poly, ys, f32(0))
+    ysin1 = jnp.where(sin_poly, f32(0), yc)
+    s = ysin1 + ysin2
+    c = (yc - ysin1) + (ys - ysin2)
+    return (lax.bitcast_convert_type(lax.bitcast_convert_type(s, i32) ^ sign_sin, f32),
+            lax.bitcast_convert_type(lax.bitcast_convert_type(c, i32) ^ sign_cos, f32))
+
+
+def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Array, zero: jax.Array,
+               apart: bool) -> tuple[jax.Array, jax.Array]:
+    """NormalFill16 on each row of ``blocks``, and whether none of the first ``rows`` results lies below float32's
+    smallest normal (zero or subnormal: where a flushed denormal could hide).
+
+    ``apart``: the two halves are computed as two arrays and joined after jax_impl's barrier. Joined inside
+    one loop, each element computes its pair's logarithm and sine-cosine again, in rows of eight (2x-5x
+    slower on large draws); the barrier's call costs about as much as a small draw.
+    """
+    u1 = jnp.float32(1) - blocks[:, :8]
+    u2 = blocks[:, 8:]
+    radius = jnp.sqrt(jnp.float32(-2) * _log256_ps(u1, zero))
+    s, c = _sincos256_ps(_normal._TWO_PI_F32 * u2, zero)
+    halves = (rounded(radius * c, zero) * std + mean, rounded(radius * s, zero) * std + mean)
+    out = jnp.concatenate(barrier(halves) if apart else halves, axis=1)
+    magnitude = lax.bitcast_convert_type(out, jnp.int32) & jnp.int32(0x7FFFFFFF)
+    padding = lax.broadcasted_iota(jnp.int32, out.shape, 0) >= rows
+    smallest = jnp.min(jnp.where(padding, jnp.int32(0x7F800000), magnitude))
+    return out, smallest >= jnp.int32(0x00800000)  # infinities and NaNs count as normal here
+
+
+@functools.cache
+def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.ndarray, bool]] | None:
+    """The jitted transform on the CPU device (joined or apart by size), or ``None`` where torch does not take
+    ``avx_mathfun.h``'s functions on this CPU or JAX has no CPU backend."""
+    if not _normal.vectorized_float_kernel():
+        return None
+    try:
+        cpu = jax.local_devices(backend="cpu")[0]
+    except RuntimeError:  # pragma: no cover - a JAX without its CPU backend
+        return None
+    joined, apart = (jax.jit(functools.partial(_transform, apart=a)) for a in (False, True))
+    on_cpu = jax.default_backend() == "cpu"
+
+    def compiled(blocks: np.ndarray, rows: int, mean: np.float32, std: np.float32) -> tuple[np.ndarray, bool]:
+        args = (blocks, np.int32(rows), mean, std, np.int32(0))
+        kernel = apart if blocks.shape[0] >= _APART_BLOCKS else joined
+        out, normal = kernel(*(args if on_cpu else jax.device_put(args, cpu)))
+        return np.asarray(out), bool(normal)
+
+    return compiled
+
+
+# Block-count buckets: requested once (NumPy ran that call), and compiled and checked against NumPy's numbers.
+_REQUESTED: set[int] = set()
+_CHECKED: set[int] = set()
+_BROKEN: list[bool] = []  # [True] once a compiled result was not NumPy's: this route is not used again
+
+
+def _bucket(rows: int) -> int:
+    return max(_MIN_BLOCKS, 1 << (rows - 1).bit_length())
+
+
+def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray | None:
+    """:func:`jax_impl.random._normal.fill16` of float32 ``blocks`` (``(k, 16)`` uniforms), compiled; ``None``
+    where NumPy's must run.
+
+    NumPy's runs for another dtype, on a CPU whose torch takes the C library's functions, for a subnormal
+    mean or std, and the first time a size bucket is asked for: a compile pays only for draws that
+    repeat (a step's noise), not for draws made once (a model's initial weights, each of its own size). A bucket's first compiled call is
+    checked against NumPy's numbers; a difference turns this route off for the process.
+    """
+    mean32, std32 = np.float32(mean), np.float32(std)
+    if blocks.dtype != np.float32 or _BROKEN or any(0 < abs(v) < _TINY for v in (mean32, std32)):
+        return None
+    compiled = _kernels()
+    runs = [blocks[i:i + _MAX_BLOCKS] for i in range(0, blocks.shape[0], _MAX_BLOCKS)]
+    buckets = {_bucket(run.shape[0]) for run in runs}
+    if compiled is None or not buckets <= _REQUESTED:
+        _REQUESTED.update(buckets)
+        return None
+    results = []
+    for run in runs:
+        rows, size = run.shape[0], _bucket(run.shape[0])
+        padded = run if size == rows else np.concatenate([run, np.full((size - rows, 16), 0.5, np.float32)])
+        result, normal = compiled(padded, rows, mean32, std32)
+        result = result[:rows]
+        if not normal:
+            # A zero or subnormal result (a uniform of 0 gives zeros with mean 0; a flushed denormal too):
+            # NumPy's exact transform for the blocks that hold one.
+            low = np.flatnonzero((np.abs(result) < _TINY).any(axis=1))
+            result = result.copy()
+            result[low] = _normal.fill16(run[low], mean, std)
+        if size not in _CHECKED:
+            if result.tobytes() != _normal.fill16(run, mean, std).tobytes():
+                _BROKEN.append(True)
+                return None
+            _CHECKED.add(size)
+        results.append(result)
+    return results[0] if len(results) == 1 else np.concatenate(results)  # read-only where XLA wrote it

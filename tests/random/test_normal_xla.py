@@ -1,0 +1,104 @@
+"""jax_impl.random._normal_xla: the compiled NormalFill16 gives the NumPy module's numbers, and torch's.
+
+The NumPy module (:mod:`jax_impl.random._normal`) is torch's kernel bit for bit (test_normal.py). Here the
+compiled transform is held to it on every float32 uniform torch can draw (slow tier), on seeded grids of
+blocks, means and stds, on the zero and subnormal results that XLA:CPU's flushed denormals could touch, and
+through the generator against torch itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from jax_impl.random import Generator, _normal, _normal_xla
+
+pytestmark = pytest.mark.skipif(_normal_xla._kernels() is None,
+                                reason="torch takes the C library's functions on this CPU: no compiled route")
+
+
+def _uniforms(rng: np.random.Generator, rows: int) -> np.ndarray:
+    return rng.integers(0, 2**24, (rows, 16)).astype(np.float32) * np.float32(2.0**-24)
+
+
+def _compiled(blocks: np.ndarray, mean: float, std: float) -> tuple[np.ndarray, bool]:
+    """The kernel itself on ``blocks`` (a power-of-two row count), without :func:`fill16`'s policy."""
+    return _normal_xla._kernels()(blocks, blocks.shape[0], np.float32(mean), np.float32(std))
+
+
+@pytest.fixture
+def fresh_buckets(monkeypatch):
+    """Every bucket asked for anew, and the route on, whatever ran before in this process."""
+    monkeypatch.setattr(_normal_xla, "_REQUESTED", set())
+    monkeypatch.setattr(_normal_xla, "_CHECKED", set())
+    monkeypatch.setattr(_normal_xla, "_BROKEN", [])
+
+
+@pytest.mark.slow
+def test_every_uniform_torch_draws_gives_numpys_numbers():
+    """All 2**24 float32 uniforms ``k / 2**24`` as ``u1`` (the logarithm's input ``1 - u``) and, shuffled, as ``u2``
+    (the sine and cosine's), in blocks of 2**16 rows: the compiled results are NumPy's, bit for bit."""
+    everything = np.arange(2**24, dtype=np.int64).astype(np.float32) * np.float32(2.0**-24)
+    shuffled = np.random.default_rng(0).permutation(everything)
+    blocks = np.concatenate([everything.reshape(-1, 8), shuffled.reshape(-1, 8)], axis=1)
+    for start in range(0, blocks.shape[0], 1 << 16):
+        run = blocks[start:start + (1 << 16)]
+        got, normal = _compiled(run, 0.0, 1.0)
+        expected = _normal.fill16(run, 0.0, 1.0)
+        low = np.abs(expected) < np.finfo(np.float32).tiny
+        assert normal == (not low.any())
+        np.testing.assert_array_equal(got.view(np.uint32)[~low], expected.view(np.uint32)[~low])
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 100, 1023, 1024, 1025, 5000, 70000])
+def test_fill16_is_numpys_for_every_bucket_mean_and_std(rows, fresh_buckets):
+    """The first call of a bucket is NumPy's (``None``), the next ones compiled; padded, cut into runs of
+    2**16 rows, zero uniforms (exact zero results with mean 0) included."""
+    rng = np.random.default_rng(rows)
+    assert _normal_xla.fill16(_uniforms(rng, rows), 0.0, 1.0) is None
+    for mean, std in ((0.0, 1.0), (0.5, 0.01), (-3.0, 7.0), (0.0, 1e-30), (1e30, 1e30), (0.0, 0.0)):
+        blocks = _uniforms(rng, rows)
+        blocks[0, 3] = blocks[-1, 12] = 0  # u1 = 1 (radius 0) and u2 = 0 (sine 0)
+        got = _normal_xla.fill16(blocks, mean, std)
+        assert got is not None
+        np.testing.assert_array_equal(got.view(np.uint32), _normal.fill16(blocks, mean, std).view(np.uint32))
+
+
+def test_results_a_flushed_denormal_could_touch_are_numpys(fresh_buckets):
+    """A mean of minus a result gives results near zero; subnormal means and stds are left to NumPy."""
+    rng = np.random.default_rng(3)
+    blocks = _uniforms(rng, 64)
+    first = float(_normal.fill16(blocks, 0.0, 1.0)[0, 0])
+    tiny = float(np.finfo(np.float32).tiny)
+    for mean, std in ((-first, 1.0), (-first * (1 + 2.0**-23), 1.0), (tiny / 3, 1.0), (0.0, tiny / 5)):
+        _normal_xla.fill16(blocks, mean, std)  # the bucket's first request
+        got = _normal_xla.fill16(blocks, mean, std)
+        expected = _normal.fill16(blocks, mean, std)
+        if got is None:  # subnormal mean or std
+            assert 0 < abs(np.float32(mean)) < tiny or 0 < abs(np.float32(std)) < tiny
+            continue
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_a_compiled_result_that_is_not_numpys_turns_the_route_off(fresh_buckets, monkeypatch):
+    rng = np.random.default_rng(4)
+    blocks = _uniforms(rng, 32)
+    kernels = _normal_xla._kernels()
+    monkeypatch.setattr(_normal_xla, "_kernels", lambda: lambda b, *a: (lambda r: (r[0] + 1, r[1]))(kernels(b, *a)))
+    assert _normal_xla.fill16(blocks, 0.0, 1.0) is None  # first request
+    assert _normal_xla.fill16(blocks, 0.0, 1.0) is None  # checked, not NumPy's: off
+    assert _normal_xla._BROKEN and _normal_xla.fill16(blocks, 0.0, 1.0) is None
+
+
+@pytest.mark.parametrize("n", [16, 40, 4099, 2**20 + 37])
+def test_repeated_draws_through_the_compiled_route_are_torchs(n, fresh_buckets):
+    """A step's noise: the same size drawn again and again (compiled from the second draw), float32 and the
+    half types whose uniforms are float32 too, against torch's generator, state bytes included."""
+    for np_dtype, torch_dtype in ((np.float32, torch.float32), (np.float16, torch.float16)):
+        t, g = torch.Generator().manual_seed(n), Generator(n)
+        for mean, std in ((0.0, 1.0), (0.0, 1.0), (0.0, 1.0), (2.0, 0.5)):
+            theirs = torch.empty(n, dtype=torch_dtype).normal_(mean, std, generator=t)
+            ours = g.normal(n, mean, std, np_dtype)
+            assert ours.tobytes() == theirs.numpy().tobytes()
+            assert bytes(g.get_state()) == bytes(t.get_state().numpy())
