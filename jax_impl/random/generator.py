@@ -28,6 +28,7 @@ import functools
 import math
 import os
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,9 +49,17 @@ def _shape(size: int | Sequence[int]) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
+# Set on a thread while it runs a staged draw's host callback: a computation dispatched from inside
+# one can wait for the runtime threads that are running the callback itself.
+_IN_CALLBACK = threading.local()
+
+
 def _fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
     """torch's ``NormalFill16`` on each row of ``blocks``: compiled by XLA where that route applies
-    (:mod:`jax_impl.random._normal_xla`, imported on first use: it imports jax), else in NumPy."""
+    (:mod:`jax_impl.random._normal_xla`, imported on first use: it imports jax), else in NumPy (always
+    inside a host callback, which must not dispatch another computation)."""
+    if getattr(_IN_CALLBACK, "active", False):
+        return _normal.fill16(blocks, mean, std)
     from jax_impl.random import _normal_xla
 
     compiled = _normal_xla.fill16(blocks, mean, std)
@@ -587,7 +596,11 @@ class Generator:
         if run is None or run.generator is not self:
             def run(*_) -> np.ndarray:
                 # Runs on a runtime thread: no _after_staged_draws here, the barrier would wait for itself.
-                return np.asarray(draw.run(self, synced=False)).astype(dtype)
+                _IN_CALLBACK.active = True
+                try:
+                    return np.asarray(draw.run(self, synced=False)).astype(dtype)
+                finally:
+                    _IN_CALLBACK.active = False
 
             run.generator = self
             callbacks[(draw, dtype.name)] = run

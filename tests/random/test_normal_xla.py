@@ -102,3 +102,27 @@ def test_repeated_draws_through_the_compiled_route_are_torchs(n, fresh_buckets):
             ours = g.normal(n, mean, std, np_dtype)
             assert ours.tobytes() == theirs.numpy().tobytes()
             assert bytes(g.get_state()) == bytes(t.get_state().numpy())
+
+
+def test_draws_inside_a_host_callback_stay_in_numpy(fresh_buckets, monkeypatch):
+    """Under a plain ``jax.jit`` a staged normal is an ordered host callback, which must not dispatch a
+    computation of its own: the callback's draws take NumPy's transform, and are torch's."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_impl.random as jr
+    from jax_impl.random import staged
+
+    calls = []
+    original = _normal_xla.fill16
+    monkeypatch.setattr(_normal_xla, "fill16", lambda *a: calls.append(a) or original(*a))
+    jr.manual_seed(5)
+    torch.manual_seed(5)
+    step = jax.jit(lambda x: staged.randn_like(x) * 2 + staged.randn_like(x))
+    x = jnp.zeros((64, 20))
+    for _ in range(3):
+        ours = np.asarray(step(x))
+        theirs = (torch.randn(64, 20) * 2 + torch.randn(64, 20)).numpy()
+        np.testing.assert_array_equal(ours, theirs)
+    assert not calls
+    assert _normal_xla.fill16 is not original and jr.randn(64, 20).shape == (64, 20) and calls  # outside: asked
