@@ -176,17 +176,13 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
 
 
 def _fill16_double(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
-    u1 = (1.0 - blocks[:, :8]).reshape(-1).tolist()
-    u2 = blocks[:, 8:].reshape(-1).tolist()
-    two_pi = 2.0 * math.pi
-    first, second = [], []
-    for a, b in zip(u1, u2, strict=True):
-        radius = math.sqrt(-2 * math.log(a))
-        theta = two_pi * b
-        first.append(radius * math.cos(theta))
-        second.append(radius * math.sin(theta))
-    n1 = np.array(first, _F64)
-    n2 = np.array(second, _F64)
+    # The C library's log, cos and sin element by element (NumPy's own log differs from it in the last bit);
+    # the products and square root, correctly rounded either way, in NumPy.
+    u1 = (1.0 - blocks[:, :8]).reshape(-1)
+    theta = ((2.0 * math.pi) * blocks[:, 8:]).reshape(-1).tolist()
+    radius = np.sqrt(-2 * np.fromiter(map(math.log, u1.tolist()), _F64, u1.size))
+    n1 = radius * np.fromiter(map(math.cos, theta), _F64, u1.size)
+    n2 = radius * np.fromiter(map(math.sin, theta), _F64, u1.size)
     out = np.empty_like(blocks)
     out[:, :8] = fma64(n1, std, mean).reshape(-1, 8)
     out[:, 8:] = fma64(n2, std, mean).reshape(-1, 8)
