@@ -412,6 +412,13 @@ def bernoulli_many(engine: Engine, requests: tuple[tuple[int, float], ...]) -> l
     return engine.bernoulli_many(tuple((int(n), float(p)) for n, p in requests))
 
 
+def log1p_of_minus(u: np.ndarray) -> np.ndarray:
+    """``log1p(-u)`` of double uniforms with the C library's ``log1p``, as torch's ``exponential_distribution``
+    takes it (NumPy's SIMD ``log1p`` differs from it in the last bit for ~7% of inputs): mapped over the
+    values, which costs half a loop of Python arithmetic."""
+    return np.fromiter(map(math.log1p, (-np.asarray(u, np.float64)).tolist()), np.float64, np.size(u))
+
+
 def multinomial(
     engine: Engine, weights: np.ndarray, num_samples: int, replacement: bool
 ) -> np.ndarray:
@@ -453,9 +460,7 @@ def multinomial(
                 "invalid multinomial distribution (sum of probabilities <= 0)"
             )
         u = uniform_double(engine, n_categories)
-        q = np.array([-math.log1p(-x) for x in u.tolist()], dtype=np.float64).astype(
-            w.dtype
-        )
+        q = (-log1p_of_minus(u)).astype(w.dtype)
         keys = w / q
         if num_samples == 1:
             return np.array([int(np.argmax(keys))], dtype=np.int64)
@@ -499,7 +504,7 @@ def multinomial_rows(engine: Engine, weights: np.ndarray, num_samples: int, repl
         if num_samples <= 0:
             raise RuntimeError("cannot sample n_sample <= 0 samples")
         u = uniform_double(engine, w.size)
-        q = np.array([-math.log1p(-x) for x in u.tolist()], dtype=np.float64).astype(w.dtype).reshape(w.shape)
+        q = (-log1p_of_minus(u)).astype(w.dtype).reshape(w.shape)
         keys = w / q
         if num_samples == 1:
             return np.argmax(keys, axis=1).astype(np.int64)[:, None]

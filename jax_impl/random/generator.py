@@ -387,7 +387,7 @@ class Generator:
         shape = _shape(size)
         u = _rng.uniform_double(self._engine, math.prod(shape))
         scale = -1.0 / lambd
-        values = np.array([scale * math.log1p(-v) for v in u.tolist()], np.float64)
+        values = scale * _rng.log1p_of_minus(u)
         return _narrow(values, dt).reshape(shape)
 
     @_after_staged_draws
