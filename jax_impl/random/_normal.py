@@ -71,38 +71,38 @@ def vectorized_float_kernel() -> bool:
 
 # -- avx_mathfun.h ----------------------------------------------------------------------------------------------------
 
-_SQRTHF = _F32(0.707106781186547524)
-_LOG_P = [_F32(v) for v in (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+SQRTHF = _F32(0.707106781186547524)
+LOG_P = [_F32(v) for v in (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
                             -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)]
-_LOG_Q1, _LOG_Q2 = _F32(-2.12194440e-4), _F32(0.693359375)
-_MIN_NORM_POS = np.array(0x00800000, np.int32).view(_F32)
-_DP1, _DP2, _DP3 = _F32(-0.78515625), _F32(-2.4187564849853515625e-4), _F32(-3.77489497744594108e-8)
-_SIN_P = [_F32(-1.9515295891e-4), _F32(8.3321608736e-3), _F32(-1.6666654611e-1)]
-_COS_P = [_F32(2.443315711809948e-005), _F32(-1.388731625493765e-003), _F32(4.166664568298827e-002)]
-_FOPI = _F32(1.27323954473516)  # 4 / pi
-_TWO_PI_F32 = _F32(2.0 * math.pi)  # _mm256_set1_ps(2.0f * c10::pi<double>)
+LOG_Q1, LOG_Q2 = _F32(-2.12194440e-4), _F32(0.693359375)
+MIN_NORM_POS = np.array(0x00800000, np.int32).view(_F32)
+DP1, DP2, DP3 = _F32(-0.78515625), _F32(-2.4187564849853515625e-4), _F32(-3.77489497744594108e-8)
+SIN_P = [_F32(-1.9515295891e-4), _F32(8.3321608736e-3), _F32(-1.6666654611e-1)]
+COS_P = [_F32(2.443315711809948e-005), _F32(-1.388731625493765e-003), _F32(4.166664568298827e-002)]
+FOPI = _F32(1.27323954473516)  # 4 / pi
+TWO_PI_F32 = _F32(2.0 * math.pi)  # _mm256_set1_ps(2.0f * c10::pi<double>)
 
 
 def log256_ps(x: np.ndarray) -> np.ndarray:
     """``log256_ps`` (float32, ``x > 0``) with its multiply-adds fused as GCC contracts them: the Horner steps,
     ``y * z + e * q1`` (the first product fused), ``y - z * 0.5`` and ``(x + y) + e * q2`` (both exact)."""
-    x = np.maximum(np.asarray(x, _F32), _MIN_NORM_POS)
+    x = np.maximum(np.asarray(x, _F32), MIN_NORM_POS)
     bits = x.view(np.int32)
     e = ((bits >> 23) - 0x7F).astype(_F32) + _F32(1)
     x = ((bits & np.int32(~0x7F800000)) | np.array(0.5, _F32).view(np.int32)).view(_F32)
-    mask = x < _SQRTHF
+    mask = x < SQRTHF
     tmp = np.where(mask, x, _F32(0))
     x = x - _F32(1)
     e = e - mask.astype(_F32)
     x = x + tmp
     z = x * x
-    y = fma32(_LOG_P[0], x, _LOG_P[1])
-    for p in _LOG_P[2:]:
+    y = fma32(LOG_P[0], x, LOG_P[1])
+    for p in LOG_P[2:]:
         y = fma32(y, x, p)
     y = y * x
-    y = fma32(y, z, e * _LOG_Q1)
+    y = fma32(y, z, e * LOG_Q1)
     y = fma32(-z, _F32(0.5), y)
-    return fma32(e, _LOG_Q2, x + y)
+    return fma32(e, LOG_Q2, x + y)
 
 
 def sincos256_ps(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,21 +111,21 @@ def sincos256_ps(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, _F32)
     sign_sin = x.view(np.int32) & np.int32(-0x80000000)
     x = np.abs(x)
-    j = ((x * _FOPI).astype(np.int32) + 1) & ~1  # cvttps: truncation
+    j = ((x * FOPI).astype(np.int32) + 1) & ~1  # cvttps: truncation
     y = j.astype(_F32)
     sign_sin = sign_sin ^ ((j & 4) << 29)
     sin_poly = (j & 2) == 0
     sign_cos = (~(j - 2) & 4) << 29
-    x = fma32(y, _DP1, x)
-    x = fma32(y, _DP2, x)
-    x = fma32(y, _DP3, x)
+    x = fma32(y, DP1, x)
+    x = fma32(y, DP2, x)
+    x = fma32(y, DP3, x)
     z = x * x
-    yc = fma32(_COS_P[0], z, _COS_P[1])
-    yc = fma32(yc, z, _COS_P[2])
+    yc = fma32(COS_P[0], z, COS_P[1])
+    yc = fma32(yc, z, COS_P[2])
     yc = fma32(yc * z, z, -(z * _F32(0.5)))
     yc = yc + _F32(1)
-    ys = fma32(_SIN_P[0], z, _SIN_P[1])
-    ys = fma32(ys, z, _SIN_P[2])
+    ys = fma32(SIN_P[0], z, SIN_P[1])
+    ys = fma32(ys, z, SIN_P[2])
     ys = fma32(ys * z, x, x)
     ysin2 = np.where(sin_poly, ys, _F32(0))
     ysin1 = np.where(sin_poly, _F32(0), yc)
@@ -162,7 +162,7 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
     std32, mean32 = _F32(std), _F32(mean)
     if vectorized_float_kernel():
         radius = np.sqrt(_F32(-2) * log256_ps(u1))
-        s, c = sincos256_ps(_TWO_PI_F32 * u2)
+        s, c = sincos256_ps(TWO_PI_F32 * u2)
     else:
         # opmath float: -2 * logf(u1); theta computed in double (2.0f * pi<double> * u2), stored as float.
         flat1 = u1.reshape(-1)

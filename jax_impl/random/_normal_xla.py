@@ -4,10 +4,11 @@
 ``sincos256_ps`` of ``avx_mathfun.h`` in NumPy, each fused multiply-add of
 GCC's contraction emulated exactly (:func:`jax_impl.random.fma.fma32`), some
 twenty of them per block, each several NumPy passes: an order of magnitude
-slower than torch's kernel, on every step that draws noise. Here the same operations run as one XLA:CPU computation, where LLVM contracts
-``a * b + c`` into the hardware FMA (as :class:`jax_impl.kernels.TorchOps`
-relies on); a product that GCC rounds before its sum, where XLA could fuse
-either of two products, is kept apart by :func:`jax_impl.kernels.rounded`.
+slower than torch's kernel, on every step that draws noise. Here the same
+operations run as one XLA:CPU computation, where LLVM contracts ``a * b + c``
+into the hardware FMA (as :class:`jax_impl.kernels.TorchOps` relies on); a
+product that GCC rounds before its sum, where XLA could fuse either of two
+products, is kept apart by :func:`jax_impl.kernels.rounded`.
 
 The same numbers: every float32 uniform torch draws (``k / 2**24``) gives the
 NumPy module's ``log256_ps`` and ``sincos256_ps`` bit for bit
@@ -49,25 +50,25 @@ _TINY = float(np.finfo(np.float32).tiny)
 def _log256_ps(x: jax.Array, zero: jax.Array) -> jax.Array:
     """:func:`jax_impl.random._normal.log256_ps`, operation for operation."""
     f32 = jnp.float32
-    x = jnp.maximum(x, _normal._MIN_NORM_POS)
+    x = jnp.maximum(x, _normal.MIN_NORM_POS)
     bits = lax.bitcast_convert_type(x, jnp.int32)
     e = ((bits >> 23) - 0x7F).astype(f32) + f32(1)
     half = np.array(0.5, np.float32).view(np.int32)
     x = lax.bitcast_convert_type((bits & jnp.int32(~0x7F800000)) | jnp.int32(half), f32)
-    mask = x < _normal._SQRTHF
+    mask = x < _normal.SQRTHF
     tmp = jnp.where(mask, x, f32(0))
     x = x - f32(1)
     e = e - mask.astype(f32)
     x = x + tmp
     z = x * x
-    p = _normal._LOG_P
+    p = _normal.LOG_P
     y = p[0] * x + p[1]
     for c in p[2:]:
         y = y * x + c
     y = y * x
-    y = y * z + rounded(e * _normal._LOG_Q1, zero)  # GCC fuses the first product, rounds the second
+    y = y * z + rounded(e * _normal.LOG_Q1, zero)  # GCC fuses the first product, rounds the second
     y = -z * f32(0.5) + y
-    return e * _normal._LOG_Q2 + (x + y)
+    return e * _normal.LOG_Q2 + (x + y)
 
 
 def _sincos256_ps(x: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -75,21 +76,21 @@ def _sincos256_ps(x: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
     f32, i32 = jnp.float32, jnp.int32
     sign_sin = lax.bitcast_convert_type(x, i32) & i32(-0x80000000)
     x = jnp.abs(x)
-    j = ((x * _normal._FOPI).astype(i32) + 1) & ~1  # truncation, as cvttps
+    j = ((x * _normal.FOPI).astype(i32) + 1) & ~1  # truncation, as cvttps
     y = j.astype(f32)
     sign_sin = sign_sin ^ ((j & 4) << 29)
     sin_poly = (j & 2) == 0
     sign_cos = (~(j - 2) & 4) << 29
-    x = y * _normal._DP1 + x
-    x = y * _normal._DP2 + x
-    x = y * _normal._DP3 + x
+    x = y * _normal.DP1 + x
+    x = y * _normal.DP2 + x
+    x = y * _normal.DP3 + x
     z = x * x
-    c0, c1, c2 = _normal._COS_P
+    c0, c1, c2 = _normal.COS_P
     yc = c0 * z + c1
     yc = yc * z + c2
     yc = rounded(yc * z, zero) * z + rounded(-(z * f32(0.5)), zero)  # fma(yc * z, z, -(z * 0.5))
     yc = yc + f32(1)
-    s0, s1, s2 = _normal._SIN_P
+    s0, s1, s2 = _normal.SIN_P
     ys = s0 * z + s1
     ys = ys * z + s2
     ys = rounded(ys * z, zero) * x + x
@@ -107,13 +108,13 @@ def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Arr
     smallest normal (zero or subnormal: where a flushed denormal could hide).
 
     ``apart``: the two halves are computed as two arrays and joined after jax_impl's barrier. Joined inside
-    one loop, each element computes its pair's logarithm and sine-cosine again, in rows of eight (2x-5x
-    slower on large draws); the barrier's call costs about as much as a small draw.
+    one loop, each element computes its pair's logarithm and sine-cosine again, in rows of eight (several
+    times slower on large draws); the barrier's call costs about as much as a small draw.
     """
     u1 = jnp.float32(1) - blocks[:, :8]
     u2 = blocks[:, 8:]
     radius = jnp.sqrt(jnp.float32(-2) * _log256_ps(u1, zero))
-    s, c = _sincos256_ps(_normal._TWO_PI_F32 * u2, zero)
+    s, c = _sincos256_ps(_normal.TWO_PI_F32 * u2, zero)
     halves = (rounded(radius * c, zero) * std + mean, rounded(radius * s, zero) * std + mean)
     out = jnp.concatenate(barrier(halves) if apart else halves, axis=1)
     magnitude = lax.bitcast_convert_type(out, jnp.int32) & jnp.int32(0x7FFFFFFF)
@@ -160,8 +161,9 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray | None:
 
     NumPy's runs for another dtype, on a CPU whose torch takes the C library's functions, for a subnormal
     mean or std, and the first time a size bucket is asked for: a compile pays only for draws that
-    repeat (a step's noise), not for draws made once (a model's initial weights, each of its own size). A bucket's first compiled call is
-    checked against NumPy's numbers; a difference turns this route off for the process.
+    repeat (a step's noise), not for draws made once (a model's initial weights, each of its own size).
+    A bucket's first compiled call is checked against NumPy's numbers; a difference turns this route off
+    for the process.
     """
     mean32, std32 = np.float32(mean), np.float32(std)
     if blocks.dtype != np.float32 or _BROKEN or any(0 < abs(v) < _TINY for v in (mean32, std32)):
