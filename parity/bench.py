@@ -65,6 +65,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               "DataLoader throughput, in-memory and per-sample data sets"),
     Benchmark("parity_run", "parity_run.py", ("--repeats", "1"),
               "wall time of `parity run configs/lenet_digits.yaml`, each side alone and both"),
+    Benchmark("random_draws", "random_draws.py", ("--repeats", "4", "--only", "randn_128x20,rand_1m"),
+              "torch's random draws on the host (normal, uniform, dropout masks, exponential, multinomial, "
+              "randperm) against torch's generator"),
 )}
 
 
@@ -341,6 +344,18 @@ def _section_parity_run(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _section_random(data: dict[str, Any]) -> list[str]:
+    lines = ["## Random draws", "",
+             "One draw from torch's CPU stream, the same numbers on both sides: `jax_impl.random.Generator` "
+             "against a `torch.Generator`, each case warmed up as a loop's steps are (jax_impl's float32 normals "
+             "are compiled from a size's second draw), paired by round.", "",
+             "| case | draw | ours ms | torch ms | ratio |", "|---|---|---|---|---|"]
+    for name, row in data["cases"].items():
+        lines.append(f"| {name} | {row['what']} | {row['jax_impl']['median_ms']:.3f} | "
+                     f"{row['torch']['median_ms']:.3f} | {row['ratio']:.2f} |")
+    return lines
+
+
 def _section_gpu(results_dir: Path) -> list[str]:
     """The runs on a GPU (``benchmarks/run_gpu.sh``): ``gpu_throughput.json``, ``train_step_cuda*.json`` and
     ``optim_update_cuda.json``, if any."""
@@ -524,6 +539,7 @@ _SECTIONS = {
     "optim_update": _section_optim,
     "dataloader_throughput": _section_loader,
     "parity_run": _section_parity_run,
+    "random_draws": _section_random,
 }
 
 

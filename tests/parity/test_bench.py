@@ -34,6 +34,8 @@ FAKE = {
     "parity_run": {"machine": _MACHINE, "config": "configs/x.yaml", "repeats": 1, "steps": 3, "ratio": 0.5, "ways": {
         w: {"median_wall_s": 1.0, "runs": [{"wall_s": 1.0, "torch_loop_s": 0.1, "jax_loop_s": 0.2, "steps": 3}]}
         for w in ("torch", "jax", "both")}},
+    "random_draws": {"machine": _MACHINE, "cases": {"randn_1m": {"what": "`randn(10**6)` float32", "jax_impl": _T,
+                                                                 "torch": {"median_ms": 1.0}, "ratio": 0.5}}},
 }
 
 
@@ -56,6 +58,7 @@ def test_render_every_section(tmp_path):
     assert "| sgd | `optax.sgd(1e-2)` | 2.0 | 2.0 | 1.00 | 1.00 | 2.0 | 1.0 |" in text
     assert "| in_memory | 0 | False | 10 | 5 | 2.00 |" in text
     assert "Ratio torch-only wall / JAX-only wall: 0.50." in text
+    assert "| randn_1m | `randn(10**6)` float32 | 2.000 | 1.000 | 0.50 |" in text
     assert "Not measured" not in text
 
 
