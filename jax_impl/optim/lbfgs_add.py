@@ -102,7 +102,7 @@ def _compiled() -> Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarr
     place = (lambda *args: args) if jax.default_backend() == "cpu" else (lambda *args: jax.device_put(args, cpu))
 
     def compiled(x: np.ndarray, alpha: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
-        with jax.enable_x64(True):
+        with jax.enable_x64(True), jax.ensure_compile_time_eval():  # a value now, even inside a trace
             out = np.asarray(kernel(*place(x, alpha, y)))
         return out[:-1].copy(), bool(out[-1] == 1)  # a writable array of its own, as the emulation's
 

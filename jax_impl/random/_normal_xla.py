@@ -139,8 +139,11 @@ def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.n
     def compiled(blocks: np.ndarray, rows: int, mean: np.float32, std: np.float32) -> tuple[np.ndarray, bool]:
         args = (blocks, np.int32(rows), mean, std, np.int32(0))
         kernel = apart if blocks.shape[0] >= _APART_BLOCKS else joined
-        out, normal = kernel(*(args if on_cpu else jax.device_put(args, cpu)))
-        return np.asarray(out), bool(normal)
+        # Run now even while a function is being traced (a port's forward drawing torch.randn on the host):
+        # the draw is a value of this call, not an operation of that function.
+        with jax.ensure_compile_time_eval():
+            out, normal = kernel(*(args if on_cpu else jax.device_put(args, cpu)))
+            return np.asarray(out), bool(normal)
 
     return compiled
 

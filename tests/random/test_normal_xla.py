@@ -126,3 +126,23 @@ def test_draws_inside_a_host_callback_stay_in_numpy(fresh_buckets, monkeypatch):
         np.testing.assert_array_equal(ours, theirs)
     assert not calls
     assert _normal_xla.fill16 is not original and jr.randn(64, 20).shape == (64, 20) and calls  # outside: asked
+
+
+def test_host_draws_made_while_a_function_is_traced_are_values(fresh_buckets):
+    """A ported forward that calls ``torch.randn`` draws on the host while jax traces it: the compiled
+    transform runs then and there (its result a value, not an operation of the traced function)."""
+    import jax
+    import jax.numpy as jnp
+
+    t, g = torch.Generator().manual_seed(9), Generator(9)
+    drawn = []
+
+    def forward(x):
+        noise = g.randn((64, 20))
+        drawn.append(noise)
+        return x + jnp.asarray(noise)
+
+    for i in range(3):
+        jax.make_jaxpr(lambda x: forward(x))(jnp.zeros((64, 20)))  # a new function: traced again
+        assert len(drawn) == i + 1 and drawn[-1].tobytes() == torch.randn(64, 20, generator=t).numpy().tobytes()
+    assert _normal_xla._CHECKED  # the later draws took the compiled route
