@@ -28,6 +28,7 @@ tensor size) and cut into runs of at most ``2**16`` blocks.
 from __future__ import annotations
 
 import functools
+import multiprocessing
 from collections.abc import Callable
 
 import jax
@@ -126,8 +127,10 @@ def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Arr
 @functools.cache
 def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.ndarray, bool]] | None:
     """The jitted transform on the CPU device (joined or apart by size), or ``None`` where torch does not take
-    ``avx_mathfun.h``'s functions on this CPU or JAX has no CPU backend."""
-    if not _normal.vectorized_float_kernel():
+    ``avx_mathfun.h``'s functions on this CPU, in a child process, or where JAX has no CPU backend."""
+    if not _normal.vectorized_float_kernel() or multiprocessing.parent_process() is not None:
+        # A DataLoader worker (a child process) drawing augmentation noise keeps NumPy's transform: it
+        # would start jax's runtime for it, and a forked child must not use its parent's.
         return None
     try:
         cpu = jax.local_devices(backend="cpu")[0]
