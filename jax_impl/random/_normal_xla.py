@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +44,7 @@ from jax_impl.random import _normal
 __all__ = ["fill16"]
 
 # Block counts: padded to a power of two from 16 (a compile per bucket), cut into runs of 2**16; from 1024
-# the halves are computed apart (:func:`_transform`).
+# the halves are joined by XLA, below by the host (:func:`_transform`).
 _MIN_BLOCKS, _APART_BLOCKS, _MAX_BLOCKS = 16, 1 << 10, 1 << 16
 _TINY = float(np.finfo(np.float32).tiny)
 
@@ -104,30 +105,35 @@ def _sincos256_ps(x: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Array, zero: jax.Array,
-               apart: bool) -> tuple[jax.Array, jax.Array]:
+               apart: bool) -> tuple[Any, jax.Array]:
     """NormalFill16 on each row of ``blocks``, and whether none of the first ``rows`` results lies below float32's
     smallest normal (zero or subnormal: where a flushed denormal could hide).
 
-    ``apart``: the two halves are computed as two arrays and joined after jax_impl's barrier. Joined inside
-    one loop, each element computes its pair's logarithm and sine-cosine again, in rows of eight (several
-    times slower on large draws); the barrier's call costs about as much as a small draw.
+    The two halves of each block are two arrays: joined in one loop, each element would compute its pair's
+    logarithm and sine-cosine again, in rows of eight (several times slower). ``apart``: joined here, after
+    jax_impl's barrier (a call that costs about as much as a small draw); else returned as they are, for
+    the host to join.
     """
     u1 = jnp.float32(1) - blocks[:, :8]
     u2 = blocks[:, 8:]
     radius = jnp.sqrt(jnp.float32(-2) * _log256_ps(u1, zero))
     s, c = _sincos256_ps(_normal.TWO_PI_F32 * u2, zero)
     halves = (rounded(radius * c, zero) * std + mean, rounded(radius * s, zero) * std + mean)
-    out = jnp.concatenate(barrier(halves) if apart else halves, axis=1)
-    magnitude = lax.bitcast_convert_type(out, jnp.int32) & jnp.int32(0x7FFFFFFF)
-    padding = lax.broadcasted_iota(jnp.int32, out.shape, 0) >= rows
-    smallest = jnp.min(jnp.where(padding, jnp.int32(0x7F800000), magnitude))
-    return out, smallest >= jnp.int32(0x00800000)  # infinities and NaNs count as normal here
+    padding = lax.broadcasted_iota(jnp.int32, halves[0].shape, 0) >= rows
+
+    def smallest(half):  # of the magnitudes' bits: infinities and NaNs count as normal here
+        magnitude = lax.bitcast_convert_type(half, jnp.int32) & jnp.int32(0x7FFFFFFF)
+        return jnp.min(jnp.where(padding, jnp.int32(0x7F800000), magnitude))
+
+    normal = jnp.minimum(*map(smallest, halves)) >= jnp.int32(0x00800000)
+    return (jnp.concatenate(barrier(halves), axis=1) if apart else halves), normal
 
 
 @functools.cache
 def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.ndarray, bool]] | None:
-    """The jitted transform on the CPU device (joined or apart by size), or ``None`` where torch does not take
-    ``avx_mathfun.h``'s functions on this CPU, in a child process, or where JAX has no CPU backend."""
+    """The jitted transform on the CPU device (its halves joined by XLA or by the host, by size), or ``None``
+    where torch does not take ``avx_mathfun.h``'s functions on this CPU, in a child process, or where JAX
+    has no CPU backend."""
     if not _normal.vectorized_float_kernel() or multiprocessing.parent_process() is not None:
         # A DataLoader worker (a child process) drawing augmentation noise keeps NumPy's transform: it
         # would start jax's runtime for it, and a forked child must not use its parent's.
@@ -136,17 +142,22 @@ def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.n
         cpu = jax.local_devices(backend="cpu")[0]
     except RuntimeError:  # pragma: no cover - a JAX without its CPU backend
         return None
-    joined, apart = (jax.jit(functools.partial(_transform, apart=a)) for a in (False, True))
+    halves, apart = (jax.jit(functools.partial(_transform, apart=a)) for a in (False, True))
     on_cpu = jax.default_backend() == "cpu"
 
     def compiled(blocks: np.ndarray, rows: int, mean: np.float32, std: np.float32) -> tuple[np.ndarray, bool]:
         args = (blocks, np.int32(rows), mean, std, np.int32(0))
-        kernel = apart if blocks.shape[0] >= _APART_BLOCKS else joined
+        args = args if on_cpu else jax.device_put(args, cpu)
         # Run now even while a function is being traced (a port's forward drawing torch.randn on the host):
         # the draw is a value of this call, not an operation of that function.
         with jax.ensure_compile_time_eval():
-            out, normal = kernel(*(args if on_cpu else jax.device_put(args, cpu)))
-            return np.asarray(out), bool(normal)
+            if blocks.shape[0] >= _APART_BLOCKS:
+                out, normal = apart(*args)
+                return np.asarray(out), bool(normal)
+            (cosines, sines), normal = halves(*args)
+            out = np.empty_like(blocks)
+            out[:, :8], out[:, 8:] = np.asarray(cosines), np.asarray(sines)
+            return out, bool(normal)
 
     return compiled
 
