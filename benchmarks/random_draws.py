@@ -12,8 +12,10 @@ shuffle (``randperm(60000)``). jax_impl's normal draws are compiled from a
 size's second draw on (``jax_impl/random/_normal_xla.py``): every case is
 warmed up first, as a loop's steps are.
 
-Both sides are timed in alternating rounds of blocks (``_common.time_blocks``)
-and the ratio is paired by round: torch's time over ours, above 1 ours is faster.
+Both sides are timed in alternating rounds of blocks (``_common.time_blocks``),
+at least ``--repeats`` calls each and more for quick draws (about 0.2 s of
+calls), and the ratio is paired by round: torch's time over ours, above 1 ours
+is faster.
 
 This is a benchmark, not a test: nothing under tests/ runs it.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,8 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for name in names:
         what, ours, theirs = table[name]
+        # At least --repeats calls, more for quick draws (about 0.2 s of each side's calls), so that a block
+        # of a round is more than its first call after the other side's block.
+        start = time.perf_counter()
+        for draw in (ours, ours, theirs, theirs):
+            draw()
+        repeats = max(args.repeats, min(1000, int(0.8 / max(time.perf_counter() - start, 1e-6))))
         times = _common.time_blocks({"jax_impl": {"draw": ours}, "torch": {"draw": theirs}}, warmup=3,
-                                    repeats=args.repeats, rounds=min(10, args.repeats))
+                                    repeats=repeats, rounds=min(10, repeats))
         ratio = _common.paired_ratio(times["torch"]["draw"], times["jax_impl"]["draw"])
         results[name] = {"what": what, "jax_impl": times["jax_impl"]["draw"], "torch": times["torch"]["draw"],
                          "ratio": ratio}
