@@ -228,6 +228,7 @@ def _train_jax(folder, steps, dtype, seed, record_every):
     from jax_impl.random.host_draws import jit_with_host_draws
 
     jdtype = jnp.dtype(dtype)
+    np_dtype = np.dtype(dtype)
     env = CartPole(CONFIG["env_seed"] + seed)
     jr.manual_seed(seed)
     policy = _jax_policy_class()()
@@ -252,7 +253,6 @@ def _train_jax(folder, steps, dtype, seed, record_every):
 
     act_step = jit_with_host_draws(act, key_argnums=(1,))
     adam_step = jax.jit(tx.step)
-    np_dtype = np.dtype(dtype)
 
     records: list[dict[str, Any]] = []
     meta = {"example": "reinforce", "dtype": dtype, "seed": seed, "config": CONFIG}
@@ -262,8 +262,10 @@ def _train_jax(folder, steps, dtype, seed, record_every):
             state, ep_reward = env.reset(), 0.0
             rewards, log_probs, grads = [], [], []
             while True:
-                probs, lps, jac = act_step(params, jnp.asarray(state, jdtype)[None])
-                action = int(jd.Categorical(probs).sample()[0])
+                # NumPy in, `.item()` out, as torch's `from_numpy(state).unsqueeze(0)` and `action.item()`:
+                # jax's eager indexing (`[None]`, `[0]`) dispatches a computation each, slower than the step.
+                probs, lps, jac = act_step(params, state.astype(np_dtype)[None])
+                action = jd.Categorical(probs).sample().item()
                 log_probs.append(np.asarray(lps)[action])
                 grads.append(jax.tree.map(lambda g, a=action: np.asarray(g)[a], jac))
                 state, reward, terminated, truncated = env.step(action)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.distributions.distribution import Distribution, host_generator
-from jax_impl.distributions.utils import broadcast_all, host, logits_to_probs, probs_to_logits
+from jax_impl.distributions.utils import broadcast_all, host, lazy_property, logits_to_probs, probs_to_logits
 from jax_impl.random import Generator
 
 __all__ = ["Bernoulli"]
@@ -31,13 +31,21 @@ class Bernoulli(Distribution):
         self._is_probs = probs is not None
         if self._is_probs:
             self.probs = value
-            self.logits = probs_to_logits(value, is_binary=True)
         else:
             self.logits = value
-            self.probs = logits_to_probs(value, is_binary=True)
         super().__init__(() if isinstance(param, (int, float)) else value.shape, validate_args=validate_args)
         if self._is_probs:
             self._check("probs", self.probs, lambda p: (p >= 0) & (p <= 1), "Interval(lower_bound=0.0, upper_bound=1.0)")
+
+    @lazy_property
+    def logits(self) -> jax.Array:
+        """``log(p) - log1p(-p)`` of the clamped probabilities, computed when first read (torch's lazy property)."""
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self) -> jax.Array:
+        """``sigmoid`` of the logits, computed when first read (torch's lazy property)."""
+        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def mean(self) -> jax.Array:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.distributions.distribution import Distribution, host_generator
-from jax_impl.distributions.utils import host, logits_to_probs, probs_to_logits
+from jax_impl.distributions.utils import host, lazy_property, logits_to_probs, probs_to_logits
 from jax_impl.random import Generator
 
 __all__ = ["Categorical"]
@@ -35,15 +35,24 @@ class Categorical(Distribution):
                 raise ValueError("`probs` parameter must be at least one-dimensional.")
             self._check("probs", probs, lambda p: p >= 0, "Simplex()")
             self.probs = probs / probs.sum(-1, keepdims=True)
-            self.logits = probs_to_logits(self.probs)
         else:
             logits = jnp.asarray(logits)
             if logits.ndim < 1:
                 raise ValueError("`logits` parameter must be at least one-dimensional.")
             self.logits = logits - jax.scipy.special.logsumexp(logits, axis=-1, keepdims=True)
-            self.probs = logits_to_probs(self.logits)
-        self._num_events = self.probs.shape[-1]
-        super().__init__(self.probs.shape[:-1], validate_args=validate_args)
+        param = self.probs if probs is not None else self.logits
+        self._num_events = param.shape[-1]
+        super().__init__(param.shape[:-1], validate_args=validate_args)
+
+    @lazy_property
+    def logits(self) -> jax.Array:
+        """``log`` of the clamped probabilities, computed when first read (torch's lazy property)."""
+        return probs_to_logits(self.probs)
+
+    @lazy_property
+    def probs(self) -> jax.Array:
+        """``softmax`` of the logits, computed when first read (torch's lazy property)."""
+        return logits_to_probs(self.logits)
 
     @property
     def param_shape(self) -> tuple[int, ...]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["as_array", "broadcast_all", "clamp_probs", "logits_to_probs", "probs_to_logits"]
+__all__ = ["as_array", "broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits"]
 
 
 def as_array(value: Any, dtype: Any = None) -> jax.Array:
@@ -41,6 +42,30 @@ def probs_to_logits(probs: jax.Array, is_binary: bool = False) -> jax.Array:
 def logits_to_probs(logits: jax.Array, is_binary: bool = False) -> jax.Array:
     """``sigmoid`` (binary) or ``softmax`` over the last dimension."""
     return jax.nn.sigmoid(logits) if is_binary else jax.nn.softmax(logits, axis=-1)
+
+
+class lazy_property:  # noqa: N801 - named as torch names it
+    """``torch.distributions.utils.lazy_property``: computed from the instance on first access, then kept.
+
+    torch's ``Categorical(probs)`` and ``Bernoulli(probs)`` compute ``logits`` only when something reads them
+    (``log_prob``, ``entropy``): a policy's ``Categorical(probs).sample()`` takes neither the clamp nor the
+    logarithm. Assigning the attribute (the constructor given that parameter) stores it directly.
+    """
+
+    def __init__(self, compute: Callable[[Any], Any]) -> None:
+        self.compute = compute
+        self.__doc__ = compute.__doc__
+        self.name = compute.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = self.compute(instance)
+        instance.__dict__[self.name] = value  # later reads find the instance attribute first
+        return value
 
 
 def host(x: jax.Array) -> np.ndarray | None:

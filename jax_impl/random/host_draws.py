@@ -113,7 +113,7 @@ def _signature(args: Sequence[Any]) -> tuple[Any, ...] | None:
     leaves, tree = jax.tree.flatten(args)
     if any(isinstance(a, jax.core.Tracer) for a in leaves):
         return None
-    return tree, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", type(a)))) for a in leaves)
+    return tree, tuple((getattr(a, "shape", None), getattr(a, "dtype", type(a))) for a in leaves)
 
 
 def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int] = (),

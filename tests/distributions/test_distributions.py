@@ -154,3 +154,21 @@ def test_validation_and_tracing_errors():
     # rsample is differentiable in the parameters; the noise is a constant.
     grad = jax.grad(lambda m: jd.Normal(m, 2.0).rsample((3,)).sum())(jnp.float32(0.5))
     assert float(grad) == 3.0
+
+
+@pytest.mark.parametrize(("np_dtype", "torch_dtype", "tol"), _DTYPES, ids=["float32", "float64"])
+def test_the_other_parameter_is_computed_when_read_as_torchs(np_dtype, torch_dtype, tol):
+    """Categorical and Bernoulli keep the parameter they are given; the other one (``logits`` of ``probs``,
+    ``probs`` of ``logits``) is torch's lazy property: absent until read, then kept, with torch's values."""
+    with jax.enable_x64(np_dtype == np.float64):
+        rng = np.random.default_rng(7)
+        probs, t_probs = _params(rng, (3, 4), np_dtype, 0.01, 1)
+        logits, t_logits = _params(rng, (3, 4), np_dtype)
+        pairs = [(jd.Categorical(probs), td.Categorical(t_probs), "logits"),
+                 (jd.Categorical(logits=logits), td.Categorical(logits=t_logits), "probs"),
+                 (jd.Bernoulli(probs), td.Bernoulli(t_probs), "logits"),
+                 (jd.Bernoulli(logits=logits), td.Bernoulli(logits=t_logits), "probs")]
+        for ours, theirs, lazy in pairs:
+            assert (lazy in vars(ours)) == (lazy in vars(theirs)) is False
+            _close(getattr(ours, lazy), getattr(theirs, lazy), tol)
+            assert lazy in vars(ours) and getattr(ours, lazy) is getattr(ours, lazy)
