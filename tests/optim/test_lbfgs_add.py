@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from jax_impl.optim import lbfgs_add
-from jax_impl.optim.lbfgs_add import MIN_COMPILED_SIZE, torch_add
+from jax_impl.optim.lbfgs_add import BLAS_PART, MIN_COMPILED_SIZE, torch_add
+
+_SIZES = [1, 37, 63, 64, 65, MIN_COMPILED_SIZE - 1, MIN_COMPILED_SIZE, BLAS_PART + 1, 10007, 3 * BLAS_PART + 17]
 
 
 def _torch_add(x: np.ndarray, alpha, y: np.ndarray) -> np.ndarray:
@@ -30,6 +32,10 @@ def _vectors(rng: np.random.Generator, n: int, dtype, kind: str) -> tuple[np.nda
         x[n // 2], y[n // 2], alpha = finfo.tiny, -finfo.tiny * dtype(0.75), 1.0
     elif kind == "tiny alpha":
         alpha = float(finfo.smallest_subnormal * 3)
+    elif kind == "zero alpha":  # torch still adds 0 * y: NaN for an infinite y, +0.0 for x = -0.0
+        alpha = -0.0
+        k = min(n, 2)
+        x[:k], y[:k] = [-0.0, 1.0][:k], [1.0, np.inf][:k]
     elif kind == "special":
         k = min(n, 6)
         x[:k] = [np.inf, -np.inf, np.nan, finfo.max, -finfo.max, 1][:k]
@@ -37,10 +43,16 @@ def _vectors(rng: np.random.Generator, n: int, dtype, kind: str) -> tuple[np.nda
     return x, alpha, y
 
 
+@pytest.mark.parametrize("route", ["first", "without BLAS"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("kind", ["plain", "zeros", "subnormal operand", "subnormal result", "tiny alpha", "special"])
-@pytest.mark.parametrize("n", [1, 37, MIN_COMPILED_SIZE - 1, MIN_COMPILED_SIZE, 10007])
-def test_torch_add_is_torchs_add_with_alpha(dtype, kind, n):
+@pytest.mark.parametrize("kind", ["plain", "zeros", "subnormal operand", "subnormal result", "tiny alpha", "zero alpha",
+                                  "special"])
+@pytest.mark.parametrize("n", _SIZES)
+def test_torch_add_is_torchs_add_with_alpha(monkeypatch, route, dtype, kind, n):
+    """Every route, on sizes around its parts' edges (BLAS's padded tail and its 8192-element parts, XLA's
+    threshold)."""
+    if route == "without BLAS":
+        monkeypatch.setattr(lbfgs_add, "_blas", lambda char: None)
     rng = np.random.default_rng([n, len(kind), np.dtype(dtype).itemsize])
     x, alpha, y = _vectors(rng, n, dtype, kind)
     ours = torch_add(x, alpha, y)
@@ -51,7 +63,25 @@ def test_torch_add_is_torchs_add_with_alpha(dtype, kind, n):
     np.testing.assert_array_equal(same | (np.isnan(ours) & np.isnan(expected)), True)
 
 
-def test_long_float64_vectors_take_the_compiled_route_and_denormals_the_exact_one(monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blas_route_takes_every_nonzero_alpha(monkeypatch, dtype):
+    if lbfgs_add._blas(np.dtype(dtype).char) is None:
+        pytest.skip("this BLAS's axpy does not give torch's fused multiply-adds: another route runs")
+    other = []
+    original = lbfgs_add._emulated
+    monkeypatch.setattr(lbfgs_add, "_emulated", lambda *a: other.append(a) or original(*a))
+    rng = np.random.default_rng(0)
+    for kind in ("plain", "subnormal operand", "subnormal result", "tiny alpha", "special"):
+        x, alpha, y = _vectors(rng, 3 * BLAS_PART + 17, dtype, kind)
+        np.testing.assert_array_equal(torch_add(x, alpha, y), _torch_add(x, alpha, y))
+    assert not other  # subnormals too: the calling thread does not flush them
+    x, alpha, y = _vectors(rng, 100, dtype, "zero alpha")
+    np.testing.assert_array_equal(torch_add(x, alpha, y), _torch_add(x, alpha, y))
+    assert len(other) == 1  # a zero alpha is the emulation's: BLAS would skip the add
+
+
+def test_without_blas_long_float64_vectors_take_the_compiled_route_and_denormals_the_exact_one(monkeypatch):
+    monkeypatch.setattr(lbfgs_add, "_blas", lambda char: None)
     if lbfgs_add._compiled() is None:
         pytest.skip("XLA's CPU add is not a fused multiply-add here: the emulation runs every add")
     emulated = []
