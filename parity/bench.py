@@ -68,6 +68,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("random_draws", "random_draws.py", ("--repeats", "4", "--only", "randn_128x20,rand_1m"),
               "torch's random draws on the host (normal, uniform, dropout masks, exponential, multinomial, "
               "randperm) against torch's generator"),
+    Benchmark("training_loops", "training_loops.py", ("--rounds", "1", "--scale", "0.25", "--only", "vae,reinforce"),
+              "the five example loops (VAE, DCGAN, word LM, REINFORCE, LBFGS time sequence), a run and a step"),
 )}
 
 
@@ -356,6 +358,23 @@ def _section_random(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _section_loops(data: dict[str, Any]) -> list[str]:
+    lines = ["## Training loops", "",
+             "The example loops of `examples/loops` (the official PyTorch examples' loops, the same numbers on "
+             "both sides), each in its example's dtype. `run`: a whole run of `steps` steps, as a user starts "
+             "it (the JAX side compiles its programs in it); `step`: the median step from the `warm`-th on, "
+             "timed where the loop records the step's values (a REINFORCE step is an episode, a "
+             "time-sequence step an LBFGS step). Ratios are paired by round.", "",
+             "| loop | what | dtype | steps | run torch s | run JAX s | run ratio | step torch ms | step JAX ms "
+             "| step ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, row in data["cases"].items():
+        t, j = row["torch"], row["jax"]
+        lines.append(f"| {name} | {row['what']} | {row['dtype']} | {row['steps']} | {t['run_s']:.2f} | "
+                     f"{j['run_s']:.2f} | {row['run_ratio']:.2f} | {t['step_ms']:.2f} | {j['step_ms']:.2f} | "
+                     f"{row['step_ratio']:.2f} |")
+    return lines
+
+
 def _section_gpu(results_dir: Path) -> list[str]:
     """The runs on a GPU (``benchmarks/run_gpu.sh``): ``gpu_throughput.json``, ``train_step_cuda*.json`` and
     ``optim_update_cuda.json``, if any."""
@@ -540,6 +559,7 @@ _SECTIONS = {
     "dataloader_throughput": _section_loader,
     "parity_run": _section_parity_run,
     "random_draws": _section_random,
+    "training_loops": _section_loops,
 }
 
 

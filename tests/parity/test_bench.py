@@ -36,6 +36,9 @@ FAKE = {
         for w in ("torch", "jax", "both")}},
     "random_draws": {"machine": _MACHINE, "cases": {"randn_1m": {"what": "`randn(10**6)` float32", "jax_impl": _T,
                                                                  "torch": {"median_ms": 1.0}, "ratio": 0.5}}},
+    "training_loops": {"machine": _MACHINE, "cases": {"vae": {
+        "what": "VAE", "dtype": "float32", "steps": 20, "warm": 2, "run_ratio": 0.5, "step_ratio": 2.0,
+        "torch": {"run_s": 1.0, "step_ms": 4.0}, "jax": {"run_s": 2.0, "step_ms": 2.0}}}},
 }
 
 
@@ -59,6 +62,7 @@ def test_render_every_section(tmp_path):
     assert "| in_memory | 0 | False | 10 | 5 | 2.00 |" in text
     assert "Ratio torch-only wall / JAX-only wall: 0.50." in text
     assert "| randn_1m | `randn(10**6)` float32 | 2.000 | 1.000 | 0.50 |" in text
+    assert "| vae | VAE | float32 | 20 | 1.00 | 2.00 | 0.50 | 4.00 | 2.00 | 2.00 |" in text
     assert "Not measured" not in text
 
 
