@@ -79,7 +79,7 @@ def _run(name: str, framework: str, steps: int, dtype: str) -> tuple[float, list
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--only", default="", help="comma-separated cases (default: all)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's step counts (quick runs)")
