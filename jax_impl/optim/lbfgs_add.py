@@ -9,7 +9,7 @@ its step.
 
 Three routes give those bits, the first that holds on this machine taking the add:
 
-1. **BLAS's axpy** (``y := alpha * x + y``, SciPy's ``daxpy``/``saxpy``):
+1. **BLAS's axpy** (``y := alpha * x + y``, SciPy's ``daxpy``/``saxpy``, where SciPy's BLAS is OpenBLAS):
    OpenBLAS's x86 kernels compute their blocks of 16 or 32 elements with FMA
    instructions, one rounding each, but the elements past the last block in
    plain C (a product, then a sum), and above 10,000 elements OpenBLAS cuts
@@ -126,10 +126,17 @@ def _matches_emulation(add: Callable[[np.ndarray, np.ndarray, np.ndarray], np.nd
 @functools.lru_cache(maxsize=None)
 def _blas(char: str) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None:
     """BLAS's axpy for dtype ``char`` (``"d"``, ``"f"``) in FMA-sized parts, or ``None`` where SciPy is
-    missing or the probe finds a bit that is not the emulation's."""
+    missing, its BLAS is not OpenBLAS, or the probe finds a bit that is not the emulation's."""
     try:
+        import scipy
         from scipy.linalg import blas
-    except ImportError:  # pragma: no cover - SciPy comes with scikit-learn, a dependency
+
+        library = scipy.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
+    except Exception:  # noqa: BLE001 - no SciPy, or no account of its BLAS: another route takes the adds
+        return None
+    if "openblas" not in str(library).lower():
+        # The parts below rest on OpenBLAS's rule that an axpy of at most 10,000 elements runs on one thread
+        # whatever the thread count; another BLAS may cut a part where a probe did not see it.
         return None
     dtype = np.dtype(char)
     axpy = {"d": blas.daxpy, "f": blas.saxpy}[char]

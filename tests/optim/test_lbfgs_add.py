@@ -102,3 +102,12 @@ def test_results_are_writable_arrays_of_their_own(dtype):
     x = np.random.default_rng(1).standard_normal(MIN_COMPILED_SIZE * 2).astype(dtype)
     result = torch_add(x, 0.5, x)
     assert result.flags.writeable and result.flags.owndata and result.dtype == dtype
+
+
+def test_another_blas_than_openblas_is_not_used(monkeypatch):
+    """The parts rest on OpenBLAS's single-thread rule (at most 10,000 elements); another BLAS is not trusted."""
+    import scipy
+
+    config = {"Build Dependencies": {"blas": {"name": "mkl-sdl"}}}
+    monkeypatch.setattr(scipy, "show_config", lambda mode=None: config)
+    assert lbfgs_add._blas.__wrapped__("d") is None
