@@ -138,8 +138,10 @@ def _blas(char: str) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
         # The parts below rest on OpenBLAS's rule that an axpy of at most 10,000 elements runs on one thread
         # whatever the thread count; another BLAS may cut a part where a probe did not see it.
         return None
+    axpy = {"d": blas.daxpy, "f": blas.saxpy}.get(char)
+    if axpy is None:  # no BLAS routine for this dtype
+        return None
     dtype = np.dtype(char)
-    axpy = {"d": blas.daxpy, "f": blas.saxpy}[char]
 
     def add(x: np.ndarray, alpha: np.ndarray, y: np.ndarray) -> np.ndarray:
         out = np.array(x, dtype, copy=True)  # axpy writes its result into its second vector
