@@ -49,13 +49,14 @@ class lazy_property:  # noqa: N801 - named as torch names it
 
     torch's ``Categorical(probs)`` and ``Bernoulli(probs)`` compute ``logits`` only when something reads them
     (``log_prob``, ``entropy``): a policy's ``Categorical(probs).sample()`` takes neither the clamp nor the
-    logarithm. Assigning the attribute (the constructor given that parameter) stores it directly.
+    logarithm. Assigning the attribute (the constructor given that parameter) stores it directly. A value
+    computed while jax traces a function (a distribution built outside ``jax.jit``, read inside) is not
+    kept: it belongs to that trace, and the next read computes it again.
     """
 
     def __init__(self, compute: Callable[[Any], Any]) -> None:
         self.compute = compute
         self.__doc__ = compute.__doc__
-        self.name = compute.__name__
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -64,7 +65,8 @@ class lazy_property:  # noqa: N801 - named as torch names it
         if instance is None:
             return self
         value = self.compute(instance)
-        instance.__dict__[self.name] = value  # later reads find the instance attribute first
+        if not isinstance(value, jax.core.Tracer):
+            instance.__dict__[self.name] = value  # later reads find the instance attribute first
         return value
 
 
