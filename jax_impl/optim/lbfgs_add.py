@@ -40,6 +40,7 @@ BLAS whose kernels do not fuse, a CPU without FMA instructions).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 
 import jax
@@ -73,7 +74,16 @@ def torch_add(x: np.ndarray, alpha, y: np.ndarray) -> np.ndarray:
 
     Returns:
       A new array of ``x``'s dtype.
+
+    Raises:
+      TypeError: ``x`` and ``y`` of different dtypes, or of a dtype other than float32 and float64 (torch
+        would promote; LBFGS's vectors never differ).
+      ValueError: ``x`` and ``y`` not 1-D vectors of one length.
     """
+    if x.dtype != y.dtype or x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"torch_add adds float32 or float64 vectors of one dtype, got {x.dtype} and {y.dtype}")
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"torch_add adds 1-D vectors of one length, got shapes {x.shape} and {y.shape}")
     alpha = np.asarray(alpha, x.dtype)
     if alpha != 0 and x.size:  # BLAS skips the whole add for a zero alpha
         blas = _blas(x.dtype.char)
@@ -99,7 +109,7 @@ def _probe_cases(dtype: np.dtype, sizes: tuple[int, ...]) -> list[tuple[np.ndarr
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, finfo.smallest_subnormal, -finfo.smallest_subnormal * 3,
                         finfo.tiny, finfo.max], dtype)
     cases = []
-    for n, alpha in zip(sizes, (0.3, -2.5, 3.7e5, 1e-3) * len(sizes)):
+    for n, alpha in zip(sizes, itertools.cycle((0.3, -2.5, 3.7e5, 1e-3))):
         y = rng.standard_normal(n).astype(dtype)
         x = (-y * dtype.type(alpha) * (1 + rng.standard_normal(n).astype(dtype) * dtype.type(1e-3))).astype(dtype)
         picks = rng.integers(0, n, (2, min(n, 9)))

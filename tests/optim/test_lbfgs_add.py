@@ -111,3 +111,14 @@ def test_another_blas_than_openblas_is_not_used(monkeypatch):
     config = {"Build Dependencies": {"blas": {"name": "mkl-sdl"}}}
     monkeypatch.setattr(scipy, "show_config", lambda mode=None: config)
     assert lbfgs_add._blas.__wrapped__("d") is None
+
+
+@pytest.mark.parametrize(("x", "y", "error"), [
+    (np.zeros(4, np.float32), np.zeros(4, np.float64), TypeError),
+    (np.zeros(4, np.float16), np.zeros(4, np.float16), TypeError),
+    (np.zeros(4), np.zeros(5), ValueError),
+    (np.zeros((2, 4)), np.zeros((2, 4)), ValueError),
+])
+def test_vectors_of_another_kind_are_refused(x, y, error):
+    with pytest.raises(error, match="torch_add adds"):
+        torch_add(x, 0.5, y)
