@@ -1,6 +1,6 @@
 """Time the five example training loops (``examples/loops``) on torch and on JAX, each as a user runs it.
 
-    python benchmarks/training_loops.py [--rounds N] [--json PATH] [--only vae,reinforce,...]
+    python benchmarks/training_loops.py [--rounds N] [--scale X] [--json PATH] [--only vae,reinforce,...]
 
 The loops outside supervised classification, each the official PyTorch
 example's loop written on both sides (the same numbers: tests/examples): a
@@ -10,16 +10,19 @@ and the time-sequence LSTM trained by LBFGS (its loop on the host). Each runs
 in its example's dtype: float32, and float64 for the time-sequence example,
 whose original is ``.double()``.
 
-Each run is timed whole (``run``: what a short run costs, the JAX side's
-compiles included) and step by step: the benchmark notes the time at which
-the loop hands each step's values to its history (the examples'
-``record``), and a step's cost is the median over the steps from ``warm``
-on, past the first steps' compiles (a compile of a later step, the word LM's
+Each run is a fresh process, timed from after its imports to the loop's end
+(``run``: what a run of ``steps`` steps costs a user, every program the JAX
+side uses compiled in it), and step by step: the process notes the time at
+which the loop hands each step's values to its history (the examples'
+``record``), and a step's cost is the median over the steps from ``warm`` on,
+past the first steps' compiles (a compile of a later step, the word LM's
 short last batch or its evaluation, stays out of a median). Both frameworks
 take the same steps (the same seed, the same trajectory: REINFORCE's
-episodes have the same lengths on both sides). They alternate within each of
-``--rounds`` rounds, which side first swapped between rounds; ratios are
-paired by round, torch's time over JAX's (above 1 JAX is faster).
+episodes have the same lengths on both sides), each with its own default
+threads. They alternate within each of ``--rounds`` rounds, which side first
+swapped between rounds; ratios are paired by round, torch's time over JAX's
+(above 1 JAX is faster). ``--scale`` multiplies every case's step counts
+(a quick run).
 
 This is a benchmark, not a test: nothing under tests/ runs it.
 """
@@ -28,13 +31,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,8 +60,17 @@ CASES: dict[str, tuple[str, str, int, int]] = {
 }
 
 
-def _run(name: str, framework: str, steps: int, dtype: str) -> tuple[float, list[float]]:
-    """The run's seconds and the time (from its start) at which each step's values were recorded."""
+# What the example loops import inside their train functions, on either side.
+_LIBRARIES = ("torch", "torch.nn", "torch.optim", "torch.distributions", "torch.utils.data", "jax", "flax.nnx",
+              "jax_impl.data", "jax_impl.distributions", "jax_impl.kernels", "jax_impl.nn", "jax_impl.nn.utils",
+              "jax_impl.optim", "jax_impl.random", "jax_impl.random.host_draws", "jax_impl.data.datasets")
+
+
+def _timed(name: str, framework: str, steps: int, dtype: str) -> dict[str, Any]:
+    """In this process: the run's seconds and the time (from its start) at which each step was recorded."""
+    for library in _LIBRARIES:  # imported before the clock starts: a run is the loop, not the imports
+        importlib.import_module(library)
+
     module = importlib.import_module(f"examples.loops.{name}")
     train, record = getattr(module, f"train_{framework}"), module.record
     marks: list[float] = []
@@ -68,34 +80,43 @@ def _run(name: str, framework: str, steps: int, dtype: str) -> tuple[float, list
         marks.append(time.perf_counter())
 
     module.record = timed_record
-    try:
-        start = time.perf_counter()
-        train(steps=steps, dtype=dtype)
-        end = time.perf_counter()
-    finally:
-        module.record = record
-    return end - start, [m - start for m in marks]
+    start = time.perf_counter()
+    train(steps=steps, dtype=dtype)
+    end = time.perf_counter()
+    return {"run_s": end - start, "marks": [m - start for m in marks]}
+
+
+def _run(name: str, framework: str, steps: int, dtype: str) -> tuple[float, list[float]]:
+    """:func:`_timed` in a fresh process (nothing compiled, nothing cached)."""
+    cmd = [sys.executable, __file__, "--child", name, framework, str(steps), dtype]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} ({framework}) failed:\n{proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result["run_s"], result["marks"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--only", default="", help="comma-separated cases (default: all)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's step counts (quick runs)")
+    parser.add_argument("--child", nargs=4, metavar=("CASE", "FRAMEWORK", "STEPS", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        name, framework, steps, dtype = args.child
+        print(json.dumps(_timed(name, framework, int(steps), dtype)))
+        return 0
     names = [n for n in args.only.split(",") if n] or list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    torch.set_num_threads(min(2, torch.get_num_threads()))
     results: dict[str, Any] = {}
     for name in names:
         what, dtype, warm, steps = CASES[name]
         warm, steps = max(1, round(warm * args.scale)), max(2, round(steps * args.scale))
         steps = max(steps, warm + 1)
-        for framework in ("torch", "jax"):  # imports, first compiles of the process, caches
-            _run(name, framework, warm, dtype)
         runs: dict[str, list[float]] = {"torch": [], "jax": []}
         step_ms: dict[str, list[float]] = {"torch": [], "jax": []}
         for r in range(args.rounds):

@@ -68,7 +68,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("random_draws", "random_draws.py", ("--repeats", "4", "--only", "randn_128x20,rand_1m"),
               "torch's random draws on the host (normal, uniform, dropout masks, exponential, multinomial, "
               "randperm) against torch's generator"),
-    Benchmark("training_loops", "training_loops.py", ("--rounds", "1", "--scale", "0.25", "--only", "vae,reinforce"),
+    Benchmark("training_loops", "training_loops.py", ("--rounds", "2", "--scale", "0.25", "--only", "vae,reinforce"),
               "the five example loops (VAE, DCGAN, word LM, REINFORCE, LBFGS time sequence), a run and a step"),
 )}
 
@@ -361,10 +361,11 @@ def _section_random(data: dict[str, Any]) -> list[str]:
 def _section_loops(data: dict[str, Any]) -> list[str]:
     lines = ["## Training loops", "",
              "The example loops of `examples/loops` (the official PyTorch examples' loops, the same numbers on "
-             "both sides), each in its example's dtype. `run`: a whole run of `steps` steps, as a user starts "
-             "it (the JAX side compiles its programs in it); `step`: the median step from the `warm`-th on, "
-             "timed where the loop records the step's values (a REINFORCE step is an episode, a "
-             "time-sequence step an LBFGS step). Ratios are paired by round.", "",
+             "both sides), each in its example's dtype. `run`: a fresh process's whole run of `steps` steps, "
+             "timed after its imports (data loading, evaluations and samples included; the JAX side compiles "
+             "every program it uses in it); `step`: the median step from the `warm`-th on in that run, timed "
+             "where the loop records the step's values (a REINFORCE step is an episode, a time-sequence step "
+             "an LBFGS step). Ratios are paired by round.", "",
              "| loop | what | dtype | steps | run torch s | run JAX s | run ratio | step torch ms | step JAX ms "
              "| step ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in data["cases"].items():
