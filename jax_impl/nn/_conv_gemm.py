@@ -26,11 +26,19 @@ __all__ = ["columns", "gemm_2d", "gemm_2d_t", "gemm_conv", "gemm_forward_conv", 
 def columns(x, kernel, stride, pads, dilation, axis=2):
     """im2col: ``(A, B, kH*kW, Ho, Wo)`` for an ``(A, B, H, W)`` input (taps stacked at ``axis``), and ``(Ho, Wo)``.
 
-    Tap ``(i, j)`` is the strided view of the padded input.
+    Tap ``(i, j)`` is the strided view of the padded input. With one output pixel (a DCGAN
+    discriminator's last conv, 4x4 over 4x4) the taps are the pixels of the one window, in the same
+    order: the window itself, reshaped, rather than ``kH*kW`` slices (each a kernel XLA compiles, as
+    are their transposes in the gradient).
     """
     kh, kw = kernel
     xp = jax.numpy.pad(x, ((0, 0), (0, 0)) + tuple(pads))
     ho, wo = xla.out_size(x.shape, (0, x.shape[1], kh, kw), stride, pads, dilation)
+    if ho == wo == 1:
+        a, b = x.shape[:2]
+        window = xp[:, :, :dilation[0] * (kh - 1) + 1:dilation[0], :dilation[1] * (kw - 1) + 1:dilation[1]]
+        taps = window.reshape(a, b, kh * kw, 1, 1)
+        return (taps if axis == 2 else jax.numpy.moveaxis(taps, 2, axis)), (ho, wo)
     cols = [
         xp[:, :, i * dilation[0]:i * dilation[0] + stride[0] * (ho - 1) + 1:stride[0],
            j * dilation[1]:j * dilation[1] + stride[1] * (wo - 1) + 1:stride[1]]

@@ -412,6 +412,29 @@ def test_pointwise_route_matches_torch(case, dtype, monkeypatch):
     assert taken and not any(convs), (case, taken, convs)
 
 
+# The GEMM route with one output pixel: the column matrix is the one window itself, reshaped (no slice
+# per tap). A DCGAN discriminator's last conv (4x4 over 4x4), the window inside a padded input
+# (strided), and a dilated window. Same bounds as the grids above.
+_ONE_PIXEL_GRID = [
+    (2, 6, 8, 3, (4, 4), (4, 4), 1, 0, 1, 1, False),
+    (2, 5, 4, 3, (3, 3), (4, 4), 2, 1, 1, 1, True),
+    (2, 4, 3, 2, (5, 5), (3, 3), 1, 0, 2, 1, True),
+]
+
+
+@pytest.mark.parametrize(("case", "dtype"), _route_grid(_ONE_PIXEL_GRID, 3, keep=(0, 2)))
+def test_gemm_route_with_one_output_pixel_matches_torch(case, dtype, monkeypatch):
+    taken, columns = [], gemm.columns
+
+    def spy(x, kernel, stride, pads, dilation, axis=2):
+        taken.append(xla.out_size(x.shape, (0, x.shape[1]) + tuple(kernel), stride, pads, dilation))
+        return columns(x, kernel, stride, pads, dilation, axis)
+
+    monkeypatch.setattr(gemm, "columns", spy)
+    _check_bounds(case, dtype)
+    assert taken and set(taken) == {(1, 1)}, (case, taken)
+
+
 def test_routes():
     """Each shape takes the route the benchmarks chose for it."""
     same, none = ((1, 1), (1, 1)), ((0, 0), (0, 0))
