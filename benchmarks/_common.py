@@ -8,7 +8,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,17 @@ def machine_info() -> dict[str, Any]:
     except ImportError:  # pragma: no cover
         pass
     return info
+
+
+def chosen(parser: Any, only: str, known: Iterable[str]) -> list[str]:
+    """The cases an ``--only a,b`` option names (all of ``known`` when empty); an unknown one is the parser's
+    usage error."""
+    known = list(known)
+    names = [n for n in only.split(",") if n] or known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {known}")
+    return names
 
 
 def write_json(path: Path, results: dict[str, Any]) -> None:

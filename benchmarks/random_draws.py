@@ -74,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated cases (default: all)")
     args = parser.parse_args(argv)
     table = cases(Generator(0), torch.Generator().manual_seed(0))
-    names = [n for n in args.only.split(",") if n] or list(table)
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        parser.error(f"unknown case(s) {unknown}; choose from {list(table)}")
+    names = _common.chosen(parser, args.only, table)
     results: dict[str, Any] = {}
     for name in names:
         what, ours, theirs = table[name]
@@ -95,7 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22s} ours {times['jax_impl']['draw']['median_ms']:9.3f} ms  torch "
               f"{times['torch']['draw']['median_ms']:9.3f} ms  ratio {ratio:.2f}", flush=True)
     _common.write_json(args.json, {"benchmark": "random_draws", "machine": _common.machine_info(), "cases": results})
-    print(f"wrote {args.json}")
     return 0
 
 

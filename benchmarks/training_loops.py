@@ -108,10 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         name, framework, steps, dtype = args.child
         print(json.dumps(_timed(name, framework, int(steps), dtype)))
         return 0
-    names = [n for n in args.only.split(",") if n] or list(CASES)
-    unknown = [n for n in names if n not in CASES]
-    if unknown:
-        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    names = _common.chosen(parser, args.only, CASES)
     results: dict[str, Any] = {}
     for name in names:
         what, dtype, warm, steps = CASES[name]
