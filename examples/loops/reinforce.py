@@ -20,12 +20,13 @@ same actions. All other randomness is torch's stream, in torch's order: the
 policy's initial weights, then at each time step the dropout mask and the
 action (``multinomial``'s exponential draws).
 
-The JAX side runs each time step as one jitted function (the mask drawn on
-the host before the call, :func:`jax_impl.random.host_draws.jit_with_host_draws`)
-that returns the action probabilities, both actions' log-probabilities
-(``jax_impl.distributions.Categorical.log_prob``) and their gradients; the
-action is drawn with ``jax_impl.distributions.Categorical``, and at the
-episode's end the returns, the loss and the gradient
+The JAX side runs each time step as one jitted function
+(:func:`jax_impl.random.host_draws.jit_with_host_draws`: the dropout mask and
+the action's exponentials are drawn on the host before the call, in torch's
+order) that samples the action as ``Categorical(probs).sample()`` does
+(:func:`jax_impl.random.staged.categorical`) and returns it with its
+log-probability (``jax_impl.distributions.Categorical.log_prob``) and that
+log-probability's gradient; at the episode's end the returns, the loss and the gradient
 ``sum_t -R_t grad log pi(a_t | s_t)`` (what torch's backward of the summed
 loss accumulates) are formed on the host in the run's dtype. ``jax_impl.optim.adam``'s exact step updates the
 parameters.
@@ -225,6 +226,7 @@ def _train_jax(folder, steps, dtype, seed, record_every):
     import jax_impl.distributions as jd
     import jax_impl.optim
     import jax_impl.random as jr
+    from jax_impl.random import staged
     from jax_impl.random.host_draws import jit_with_host_draws
 
     jdtype = jnp.dtype(dtype)
@@ -240,16 +242,21 @@ def _train_jax(folder, steps, dtype, seed, record_every):
     actions = jnp.arange(2).reshape(2, 1)
 
     def act(params, state):
-        """The action probabilities of ``state``, ``log pi(a | state)`` and its gradients for a = 0, 1 (one
-        forward, one dropout mask)."""
+        """The sampled action, ``log pi(action | state)`` and its gradient (one forward, one dropout mask).
+
+        Both actions' log-probabilities come out of one reverse pass, and the sampled action picks its own:
+        the action is drawn inside the call, so the host reads one int, one float and one gradient per
+        time step instead of sampling in eager jax.
+        """
 
         def log_probs(p):
-            probs = nnx.merge(graphdef, p)(state)
-            lps = jd.Categorical(probs).log_prob(actions)[:, 0]
-            return lps, (probs, lps)
+            m = jd.Categorical(nnx.merge(graphdef, p)(state))
+            lps = m.log_prob(actions)[:, 0]
+            return lps, (m.probs, lps)
 
         jac, (probs, lps) = jax.jacrev(log_probs, has_aux=True)(params)
-        return probs, lps, jac
+        action = staged.categorical(probs)[0]  # torch.multinomial(probs, 1): exponentials drawn after the mask
+        return action, lps[action], jax.tree.map(lambda g: g[action], jac)
 
     act_step = jit_with_host_draws(act, key_argnums=(1,))
     adam_step = jax.jit(tx.step)
@@ -264,10 +271,10 @@ def _train_jax(folder, steps, dtype, seed, record_every):
             while True:
                 # NumPy in, `.item()` out, as torch's `from_numpy(state).unsqueeze(0)` and `action.item()`:
                 # jax's eager indexing (`[None]`, `[0]`) dispatches a computation each, slower than the step.
-                probs, lps, jac = act_step(params, state.astype(np_dtype)[None])
-                action = jd.Categorical(probs).sample().item()
-                log_probs.append(np.asarray(lps)[action])
-                grads.append(jax.tree.map(lambda g, a=action: np.asarray(g)[a], jac))
+                action, log_prob, grad = act_step(params, state.astype(np_dtype)[None])
+                action = action.item()
+                log_probs.append(np.asarray(log_prob))
+                grads.append(jax.tree.map(np.asarray, grad))
                 state, reward, terminated, truncated = env.step(action)
                 rewards.append(reward)
                 ep_reward += reward
