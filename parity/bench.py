@@ -350,7 +350,7 @@ def _section_random(data: dict[str, Any]) -> list[str]:
     lines = ["## Random draws", "",
              "One draw from torch's CPU stream, the same numbers on both sides: `jax_impl.random.Generator` "
              "against a `torch.Generator`, each case warmed up as a loop's steps are (jax_impl's float32 normals "
-             "are compiled from a size's second draw), paired by round.", "",
+             "are compiled once a size repeats), paired by round.", "",
              "| case | draw | ours ms | torch ms | ratio |", "|---|---|---|---|---|"]
     for name, row in data["cases"].items():
         lines.append(f"| {name} | {row['what']} | {row['jax_impl']['median_ms']:.3f} | "

@@ -285,9 +285,13 @@ def _torch_trunc_normal(gen: Generator, shape: tuple[int, ...], work: np.dtype, 
 
 
 def constant_(key, shape: Shape, dtype=jnp.float32, val: float = 0.0) -> jax.Array:
-    """Fill with ``val`` (``key`` is unused; kept for a uniform signature)."""
+    """Fill with ``val`` (``key`` is unused; kept for a uniform signature).
+
+    Filled on the host and placed on the device, as the random initialisers' draws are: ``jnp.full`` would be
+    a computation of its own, compiled for every shape it meets before a model's first step.
+    """
     del key
-    return jnp.full(tuple(shape), val, dtype)
+    return jax.device_put(np.full(tuple(shape), val, dtype=jnp.dtype(dtype)))
 
 
 def ones_(key, shape: Shape, dtype=jnp.float32) -> jax.Array:

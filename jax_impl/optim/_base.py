@@ -293,8 +293,10 @@ def torch_optimizer(
         treedef = jax.tree.structure(params)
         per_leaf = treedef.flatten_up_to(jax.tree.map(lambda p: tuple(init_leaf(jnp.asarray(p))), params))
         leaves = _unzip(treedef, per_leaf, 0, n_leaf)
-        sstate = [jnp.asarray(v, jnp.float32) for v in scalar_state.values()]
-        return state_cls(jnp.zeros((), jnp.int32), *leaves, *sstate)
+        # Host scalars placed on the device: jnp.zeros or a cast would each be a computation, compiled the first
+        # time (jax_impl.optim._buffers).
+        sstate = [jax.device_put(np.float32(v)) for v in scalar_state.values()]
+        return state_cls(jax.device_put(np.int32(0)), *leaves, *sstate)
 
     @jax.jit
     def kernel(grads, params, leaf_states, vector, count):

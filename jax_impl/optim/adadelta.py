@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
@@ -57,7 +57,7 @@ def adadelta(
         return {"neg_lr": -h["lr"], "rho": h["rho"], "one_minus_rho": 1 - h["rho"], "eps": h["eps"], "weight_decay": h["weight_decay"]}, {}
 
     def init_leaf(p):
-        return jnp.zeros_like(p), jnp.zeros_like(p)
+        return _buffers.zeros_like(p), _buffers.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, square_avg, acc_delta):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import (
     Hyperparameter, TorchTransformation, is_host_schedule, torch_optimizer,
 )
@@ -114,8 +115,9 @@ def adafactor(
 
     def init_leaf(p):
         if p.ndim > 1:
-            return jnp.zeros((*p.shape[:-1], 1), p.dtype), jnp.zeros((*p.shape[:-2], 1, p.shape[-1]), p.dtype), None
-        return None, None, jnp.zeros_like(p)
+            return (_buffers.zeros((*p.shape[:-1], 1), p.dtype, p),
+                    _buffers.zeros((*p.shape[:-2], 1, p.shape[-1]), p.dtype, p), None)
+        return None, None, _buffers.zeros_like(p)
 
     def norm(ops, x):
         return norm2_rows(ops, x.reshape(1, -1))[0]

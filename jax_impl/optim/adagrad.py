@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
@@ -65,7 +65,7 @@ def adagrad(
         return {"neg_clr": -clr, "eps": h["eps"], "weight_decay": h["weight_decay"]}, {}
 
     def init_leaf(p):
-        return (jnp.full_like(p, initial_accumulator_value),)
+        return (_buffers.full_like(p, initial_accumulator_value),)
 
     def update_leaf(ops, c, step, g, p, state_sum):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.kernels import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
@@ -94,7 +94,7 @@ def adam(
 
     def init_leaf(p):
         # Distinct buffers (never one array twice: donation would reject the state); None: no buffer.
-        return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros_like(p) if amsgrad else None
+        return _buffers.zeros_like(p), _buffers.zeros_like(p), _buffers.zeros_like(p) if amsgrad else None
 
     def update_leaf(ops, c, step, g, p, m, v, v_max):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.kernels import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import adam_family_scalars, check_adam_family, negate_if
@@ -56,7 +57,7 @@ def adamax(
         return {**adam_family_scalars(h), "neg_clr": -clr}, {}
 
     def init_leaf(p):
-        return jnp.zeros_like(p), jnp.zeros_like(p)
+        return _buffers.zeros_like(p), _buffers.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_inf):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, is_host_schedule, torch_optimizer
 from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
@@ -99,7 +100,7 @@ def asgd(
         }, {"eta": new_eta, "mu": new_mu}
 
     def init_leaf(p):
-        return (jnp.zeros_like(p),)
+        return (_buffers.zeros_like(p),)
 
     def update_leaf(ops, c, step, g, p, ax):
         if multi_tensor:

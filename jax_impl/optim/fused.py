@@ -44,6 +44,7 @@ import numpy as np
 
 from jax_impl._cpuinfo import cpu_flags
 from jax_impl.kernels import TorchOps, lerp_branch_of_one_minus
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, torch_optimizer
 from jax_impl.optim._transforms import adam_family_scalars, negate_if
 from jax_impl.optim.adagrad import AdagradState
@@ -231,7 +232,7 @@ def fused_adam(
         }, {}
 
     def init_leaf(p):
-        return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros_like(p) if amsgrad else None
+        return _buffers.zeros_like(p), _buffers.zeros_like(p), _buffers.zeros_like(p) if amsgrad else None
 
     def update_leaf(ops, c, step, g, p, m, v, v_max):
         _check_fused_leaf(p)
@@ -307,7 +308,7 @@ def fused_sgd(
                 "weight_decay": h["weight_decay"]}, {}
 
     def init_leaf(p):
-        return (jnp.zeros_like(p) if use_momentum else None,)
+        return (_buffers.zeros_like(p) if use_momentum else None,)
 
     def update_leaf(ops, c, step, g, p, buf):
         _check_fused_leaf(p)
@@ -376,7 +377,7 @@ def fused_adagrad(
         return {"neg_clr": -clr, "eps": h["eps"], "weight_decay": h["weight_decay"]}, {}
 
     def init_leaf(p):
-        return (jnp.full_like(p, initial_accumulator_value),)
+        return (_buffers.full_like(p, initial_accumulator_value),)
 
     def update_leaf(ops, c, step, g, p, state_sum):
         _check_fused_leaf(p)

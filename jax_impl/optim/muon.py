@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.kernels import TorchOps, lerp_branch, lerp_branch_of_one_minus
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, is_host_schedule, torch_optimizer
 from jax_impl.cpu_reductions import divide, two_product, two_sum
 
@@ -181,7 +182,7 @@ def muon(
         if p.ndim != 2:
             raise ValueError(f"Muon only supports 2D parameters whereas we found a parameter with size: "
                              f"torch.Size({list(p.shape)})")
-        return (jnp.zeros_like(p),)
+        return (_buffers.zeros_like(p),)
 
     def neg_adjusted_lr(step: jax.Array, shape: tuple[int, ...], dtype: np.dtype) -> jax.Array:
         ratio = _adjust_lr_ratio(adjust_lr_fn, shape)

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.kernels import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import adam_family_scalars, adam_moments, check_adam_family, negate_if
@@ -93,7 +94,7 @@ def radam(
         }, {}
 
     def init_leaf(p):
-        return jnp.zeros_like(p), jnp.zeros_like(p)
+        return _buffers.zeros_like(p), _buffers.zeros_like(p)
 
     def update_leaf(ops, c, step, g, p, exp_avg, exp_avg_sq):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay, decoupled_weight_decay)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.kernels import lerp_branch_of_one_minus
 from jax_impl.optim._transforms import negate_if
@@ -77,9 +77,9 @@ def rmsprop(
 
     def init_leaf(p):
         def maybe(flag):  # a fresh buffer each (donation rejects one array used twice); None: no buffer
-            return jnp.zeros_like(p) if flag else None
+            return _buffers.zeros_like(p) if flag else None
 
-        return jnp.zeros_like(p), maybe(centered), maybe(use_momentum)
+        return _buffers.zeros_like(p), maybe(centered), maybe(use_momentum)
 
     def update_leaf(ops, c, step, g, p, square_avg, grad_avg, buf):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_impl.optim._transforms import negate_if
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import TorchTransformation, check_torch_only_flags, torch_optimizer
 
 __all__ = ["rprop", "RpropState"]
@@ -60,7 +61,7 @@ def rprop(
         return {"etaminus": etaminus, "etaplus": etaplus, "step_size_min": step_size_min, "step_size_max": step_size_max}, {}
 
     def init_leaf(p):
-        return jnp.zeros_like(p), jnp.full_like(p, lr)
+        return _buffers.zeros_like(p), _buffers.full_like(p, lr)
 
     def update_leaf(ops, c, step, g, p, prev, step_size):
         g = negate_if(maximize, g)

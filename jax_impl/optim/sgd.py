@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, check_torch_only_flags, torch_optimizer
 from jax_impl.optim._transforms import negate_if
 from jax_impl.optim._transforms import weight_decay as weight_decay_
@@ -78,7 +79,7 @@ def sgd(
         return {"neg_lr": -h["lr"], "momentum": h["momentum"], "one_minus_dampening": 1 - h["dampening"], "weight_decay": h["weight_decay"]}, {}
 
     def init_leaf(p):
-        return (jnp.zeros_like(p) if use_momentum else None,)  # None: no buffer, no pytree leaf
+        return (_buffers.zeros_like(p) if use_momentum else None,)  # None: no buffer, no pytree leaf
 
     def update_leaf(ops, c, step, g, p, buf):
         g, p = weight_decay_(ops, c, negate_if(maximize, g), p, weight_decay)

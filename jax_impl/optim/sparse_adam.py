@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jax_impl.optim import _buffers
 from jax_impl.optim._base import Hyperparameter, TorchTransformation, torch_optimizer
 
 __all__ = ["MaskedGrad", "SparseAdamState", "SparseGrad", "embedding_sparse_grad", "sparseadam"]
@@ -180,7 +181,7 @@ def sparseadam(
         }, {}
 
     def init_leaf(p):
-        return jnp.zeros_like(p), jnp.zeros_like(p), jnp.zeros(p.shape[:1], bool)
+        return _buffers.zeros_like(p), _buffers.zeros_like(p), _buffers.zeros(p.shape[:1], bool, p)
 
     def update_leaf(ops, c, step, g, p, m, v, present):
         g = -g if maximize else g

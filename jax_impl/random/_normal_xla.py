@@ -142,29 +142,40 @@ def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.n
         cpu = jax.local_devices(backend="cpu")[0]
     except RuntimeError:  # pragma: no cover - a JAX without its CPU backend
         return None
-    halves, apart = (jax.jit(functools.partial(_transform, apart=a)) for a in (False, True))
+    jitted = {a: jax.jit(functools.partial(_transform, apart=a)) for a in (False, True)}
+    executables: dict[tuple[int, bool], Any] = {}
     on_cpu = jax.default_backend() == "cpu"
 
     def compiled(blocks: np.ndarray, rows: int, mean: np.float32, std: np.float32) -> tuple[np.ndarray, bool]:
         args = (blocks, np.int32(rows), mean, std, np.int32(0))
         args = args if on_cpu else jax.device_put(args, cpu)
-        # Run now even while a function is being traced (a port's forward drawing torch.randn on the host):
-        # the draw is a value of this call, not an operation of that function.
-        with jax.ensure_compile_time_eval():
-            if blocks.shape[0] >= _APART_BLOCKS:
-                out, normal = apart(*args)
-                return np.asarray(out), bool(normal)
-            (cosines, sines), normal = halves(*args)
-            out = np.empty_like(blocks)
-            out[:, :8], out[:, 8:] = np.asarray(cosines), np.asarray(sines)
-            return out, bool(normal)
+        apart = blocks.shape[0] >= _APART_BLOCKS
+        # Compiled ahead of time, one executable per bucket: an executable runs now even while a function is
+        # being traced (a port's forward drawing torch.randn on the host: the draw is a value of this call,
+        # not an operation of that function), and its trace is not made under that trace's constant folding
+        # (which would run the transform's iota as a computation of its own, compiled for each bucket).
+        run = executables.get((blocks.shape[0], apart))
+        if run is None:
+            run = executables[blocks.shape[0], apart] = jitted[apart].lower(*args).compile()
+        if apart:
+            out, normal = run(*args)
+            return np.asarray(out), bool(normal)
+        (cosines, sines), normal = run(*args)
+        out = np.empty_like(blocks)
+        out[:, :8], out[:, 8:] = np.asarray(cosines), np.asarray(sines)
+        return out, bool(normal)
 
     return compiled
 
 
-# Block-count buckets: requested once (NumPy ran that call), and compiled and checked against NumPy's numbers.
-_REQUESTED: set[int] = set()
-_CHECKED: set[int] = set()
+# When a bucket is compiled: a bucket of at most _EAGER_BLOCKS rows from its second request (a loop's noise,
+# drawn at every step, where NumPy's transform costs several times the compiled call's dispatch); a larger one
+# once NumPy has transformed _COMPILE_BLOCKS rows of it, about as long as tracing and compiling it takes (0.3 to
+# 0.5 s; NumPy's transform takes about 2 us a row): a model's initial weights, a few draws of each large size,
+# then pay for no compile they would not repay, and a large draw repeated at every step is compiled after a few.
+_EAGER_BLOCKS, _COMPILE_BLOCKS = 1 << 10, 200_000
+_SPENT: dict[int, int] = {}  # bucket -> rows NumPy has transformed (requested before when present)
+_CHECKED: set[int] = set()  # buckets compiled and checked against NumPy's numbers
 _BROKEN: list[bool] = []  # [True] once a compiled result was not NumPy's: this route is not used again
 
 
@@ -172,24 +183,32 @@ def _bucket(rows: int) -> int:
     return max(_MIN_BLOCKS, 1 << (rows - 1).bit_length())
 
 
+def _due(bucket: int) -> bool:
+    """Whether ``bucket`` takes the compiled route now (see ``_EAGER_BLOCKS``)."""
+    spent = _SPENT.get(bucket)
+    return spent is not None and (bucket <= _EAGER_BLOCKS or spent >= _COMPILE_BLOCKS)
+
+
 def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray | None:
     """:func:`jax_impl.random._normal.fill16` of float32 ``blocks`` (``(k, 16)`` uniforms), compiled; ``None``
     where NumPy's must run.
 
     NumPy's runs for another dtype, on a CPU whose torch takes the C library's functions, for a subnormal
-    mean or std, and the first time a size bucket is asked for: a compile pays only for draws that
-    repeat (a step's noise), not for draws made once (a model's initial weights, each of its own size).
-    A bucket's first compiled call is checked against NumPy's numbers; a difference turns this route off
-    for the process.
+    mean or std, and for a size bucket until it is compiled: a small bucket from its second request, a
+    large one once NumPy has spent about a compile's time on it (``_EAGER_BLOCKS``, ``_COMPILE_BLOCKS``).
+    A compile then pays only for draws that repeat (a step's noise), not for draws made once or a few times
+    (a model's initial weights). A bucket's first compiled call is checked against NumPy's numbers; a
+    difference turns this route off for the process.
     """
     mean32, std32 = np.float32(mean), np.float32(std)
     if blocks.dtype != np.float32 or _BROKEN or any(0 < abs(v) < _TINY for v in (mean32, std32)):
         return None
     compiled = _kernels()
     runs = [blocks[i:i + _MAX_BLOCKS] for i in range(0, blocks.shape[0], _MAX_BLOCKS)]
-    buckets = {_bucket(run.shape[0]) for run in runs}
-    if compiled is None or not buckets <= _REQUESTED:
-        _REQUESTED.update(buckets)
+    if compiled is None or not all(_due(_bucket(run.shape[0])) for run in runs):
+        for run in runs:
+            bucket = _bucket(run.shape[0])
+            _SPENT[bucket] = _SPENT.get(bucket, 0) + run.shape[0]
         return None
     results = []
     for run in runs:

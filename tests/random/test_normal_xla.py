@@ -29,10 +29,29 @@ def _compiled(blocks: np.ndarray, mean: float, std: float) -> tuple[np.ndarray, 
 
 @pytest.fixture
 def fresh_buckets(monkeypatch):
-    """Every bucket asked for anew, and the route on, whatever ran before in this process."""
-    monkeypatch.setattr(_normal_xla, "_REQUESTED", set())
+    """Every bucket asked for anew and compiled from its second request, whatever its size, and the route on,
+    whatever ran before in this process."""
+    monkeypatch.setattr(_normal_xla, "_SPENT", {})
     monkeypatch.setattr(_normal_xla, "_CHECKED", set())
     monkeypatch.setattr(_normal_xla, "_BROKEN", [])
+    monkeypatch.setattr(_normal_xla, "_COMPILE_BLOCKS", 0)
+
+
+def test_large_buckets_are_compiled_once_numpy_has_spent_a_compiles_time(fresh_buckets, monkeypatch):
+    """A bucket of at most ``_EAGER_BLOCKS`` rows compiles from its second request; a larger one stays in NumPy
+    until NumPy has transformed ``_COMPILE_BLOCKS`` rows of it (a model's initial weights pay no compile), and
+    every result is NumPy's either way."""
+    monkeypatch.setattr(_normal_xla, "_COMPILE_BLOCKS", 5000)
+    rng = np.random.default_rng(11)
+    small = _uniforms(rng, _normal_xla._EAGER_BLOCKS)
+    assert _normal_xla.fill16(small, 0.0, 1.0) is None
+    assert _normal_xla.fill16(small, 0.0, 1.0) is not None
+    large = _uniforms(rng, 2000)  # bucket 2048: compiled from the fourth request (3 x 2000 rows >= 5000)
+    for _ in range(3):
+        assert _normal_xla.fill16(large, 0.0, 1.0) is None
+    got = _normal_xla.fill16(large, 0.0, 1.0)
+    np.testing.assert_array_equal(got.view(np.uint32), _normal.fill16(large, 0.0, 1.0).view(np.uint32))
+    assert _normal_xla._SPENT[2048] == 6000
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def ntuple(value, n: int) -> tuple:
@@ -26,6 +28,16 @@ def factory_dtype(device, dtype):
             f"device={device!r}: jax_impl layers are created on jax's default device; move them with jax.device_put"
         )
     return jnp.dtype(jnp.float32 if dtype is None else dtype)
+
+
+def full(shape: int | tuple[int, ...], value: float, dtype) -> jax.Array:
+    """``torch.full(shape, value, dtype=dtype)`` for a layer's initial state (``ones``, ``zeros``, a PReLU slope).
+
+    Filled on the host and placed on jax's default device: ``jnp.full`` outside a trace is a computation of
+    its own, compiled for every shape it meets (a model's norms of many widths, each some milliseconds to
+    tens of them before the first step). The value is cast to ``dtype`` as ``jnp.full`` casts it.
+    """
+    return jax.device_put(np.full(shape, value, dtype=jnp.dtype(dtype)))
 
 
 def init_key(rngs):

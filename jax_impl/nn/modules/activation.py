@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import _functional_activation as F
-from jax_impl.nn.modules._utils import factory_dtype
+from jax_impl.nn.modules._utils import factory_dtype, full
 from jax_impl.nn.modules.module import Module
 
 __all__ = [
@@ -224,7 +224,7 @@ class PReLU(Module):
     def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None) -> None:
         self.num_parameters = num_parameters
         self.init = init
-        self.weight = nnx.Param(jnp.full((num_parameters,), init, factory_dtype(device, dtype)))
+        self.weight = nnx.Param(full((num_parameters,), init, factory_dtype(device, dtype)))
 
     def __call__(self, input):
         return F.prelu(input, self.weight[...])

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import _functional_norm as FN
-from jax_impl.nn.modules._utils import factory_dtype
+from jax_impl.nn.modules._utils import factory_dtype, full
 from jax_impl.nn.modules.module import Module
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
@@ -52,12 +52,12 @@ class _BatchNorm(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        self.weight = nnx.Param(jnp.ones((num_features,), dtype)) if affine else None
-        self.bias = nnx.Param(jnp.zeros((num_features,), dtype)) if affine and bias else None
+        self.weight = nnx.Param(full((num_features,), 1.0, dtype)) if affine else None
+        self.bias = nnx.Param(full((num_features,), 0.0, dtype)) if affine and bias else None
         if track_running_stats:
-            self.running_mean = nnx.BatchStat(jnp.zeros((num_features,), dtype))
-            self.running_var = nnx.BatchStat(jnp.ones((num_features,), dtype))
-            self.num_batches_tracked = nnx.BatchStat(jnp.zeros((), _counter_dtype()))
+            self.running_mean = nnx.BatchStat(full((num_features,), 0.0, dtype))
+            self.running_var = nnx.BatchStat(full((num_features,), 1.0, dtype))
+            self.num_batches_tracked = nnx.BatchStat(full((), 0, _counter_dtype()))
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 

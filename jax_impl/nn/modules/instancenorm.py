@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import functional as F
-from jax_impl.nn.modules._utils import factory_dtype
+from jax_impl.nn.modules._utils import factory_dtype, full
 from jax_impl.nn.modules.module import Module
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
@@ -30,13 +30,13 @@ class _InstanceNorm(Module):
         dtype = factory_dtype(device, dtype)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = nnx.Param(jnp.ones((num_features,), dtype)) if affine else None
+        self.weight = nnx.Param(full((num_features,), 1.0, dtype)) if affine else None
         # torch's keyword-only `bias`: with affine=True and bias=False only `weight` is learnt.
-        self.bias = nnx.Param(jnp.zeros((num_features,), dtype)) if affine and bias else None
+        self.bias = nnx.Param(full((num_features,), 0.0, dtype)) if affine and bias else None
         if track_running_stats:
-            self.running_mean = nnx.BatchStat(jnp.zeros((num_features,), dtype))
-            self.running_var = nnx.BatchStat(jnp.ones((num_features,), dtype))
-            self.num_batches_tracked = nnx.BatchStat(jnp.zeros((), jax.dtypes.canonicalize_dtype(jnp.int64)))
+            self.running_mean = nnx.BatchStat(full((num_features,), 0.0, dtype))
+            self.running_var = nnx.BatchStat(full((num_features,), 1.0, dtype))
+            self.num_batches_tracked = nnx.BatchStat(full((), 0, jax.dtypes.canonicalize_dtype(jnp.int64)))
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 

@@ -8,11 +8,10 @@ layers built afterwards get torch's numbers from the global stream.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import functional as F
-from jax_impl.nn.modules._utils import factory_dtype
+from jax_impl.nn.modules._utils import factory_dtype, full
 from jax_impl.nn.modules.module import Module
 
 __all__ = ["GroupNorm", "LayerNorm", "RMSNorm"]
@@ -30,7 +29,7 @@ def _init_over_shape(module, normalized_shape, eps, elementwise_affine: bool, dt
     module.normalized_shape = _shape_tuple(normalized_shape)
     module.eps = eps
     module.elementwise_affine = elementwise_affine
-    module.weight = nnx.Param(jnp.ones(module.normalized_shape, dtype)) if elementwise_affine else None
+    module.weight = nnx.Param(full(module.normalized_shape, 1.0, dtype)) if elementwise_affine else None
 
 
 class LayerNorm(Module):
@@ -51,7 +50,7 @@ class LayerNorm(Module):
         del rngs
         dtype = factory_dtype(device, dtype)
         _init_over_shape(self, normalized_shape, eps, elementwise_affine, dtype)
-        self.bias = nnx.Param(jnp.zeros(self.normalized_shape, dtype)) if elementwise_affine and bias else None
+        self.bias = nnx.Param(full(self.normalized_shape, 0.0, dtype)) if elementwise_affine and bias else None
 
     def __call__(self, input):
         return F.layer_norm(input, self.normalized_shape, None if self.weight is None else self.weight[...],
@@ -82,8 +81,8 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        self.weight = nnx.Param(jnp.ones((num_channels,), dtype)) if affine else None
-        self.bias = nnx.Param(jnp.zeros((num_channels,), dtype)) if affine and bias else None
+        self.weight = nnx.Param(full((num_channels,), 1.0, dtype)) if affine else None
+        self.bias = nnx.Param(full((num_channels,), 0.0, dtype)) if affine and bias else None
 
     def __call__(self, input):
         return F.group_norm(input, self.num_groups, None if self.weight is None else self.weight[...],
