@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -166,12 +167,26 @@ def _jax_draw(draw, key, shape: tuple[int, ...], dtype, **kwargs) -> jax.Array:
     size = 1024
     while size < n:
         size *= 4
-    return jnp.asarray(np.asarray(draw(key, (size,), dtype, **kwargs))[:n].reshape(shape))
+    return _placed(np.asarray(draw(key, (size,), dtype, **kwargs))[:n].reshape(shape))
+
+
+def _placed(values: Any, dtype: Any = None) -> jax.Array:
+    """Host values (a draw made in NumPy) on jax's default device, cast to ``dtype`` on the host.
+
+    ``jnp.asarray`` of a NumPy array is a computation of its own (an identity, or a cast when the dtype
+    changes), compiled for every shape it meets: a model's initialisation would compile one per weight
+    shape. NumPy's cast rounds as XLA's does (to nearest, ties to even) and keeps subnormals, as torch's
+    ``.to`` does.
+    """
+    values = np.asarray(values)
+    if dtype is not None:
+        values = values.astype(jax.dtypes.canonicalize_dtype(dtype), copy=False)
+    return jax.device_put(values)
 
 
 def _torch_uniform(generator: Generator | None, shape: tuple[int, ...], dtype, a: float, b: float) -> jax.Array:
     """torch's CPU ``uniform_`` bit for bit, drawing from ``generator`` (default: torch's global one)."""
-    return jnp.asarray(_torch_uniform_host(generator, shape, dtype, a, b), dtype)
+    return _placed(_torch_uniform_host(generator, shape, dtype, a, b), dtype)
 
 
 def _torch_uniform_host(generator: Generator | None, shape: tuple[int, ...], dtype, a: float, b: float) -> np.ndarray:
@@ -201,13 +216,13 @@ def normal_(key, shape: Shape, dtype=jnp.float32, mean: float = 0.0, std: float 
         raise RuntimeError(f"normal expects std >= 0.0, but found std {_cpp_float(std)}")
     if key is None or isinstance(key, Generator):
         gen = default_generator if key is None else key
-        return jnp.asarray(gen.normal(tuple(shape), mean, std, jnp.dtype(dtype)), dtype)
+        return _placed(gen.normal(tuple(shape), mean, std, jnp.dtype(dtype)), dtype)
     sample = _jax_draw(jax.random.normal, key, tuple(shape), dtype)
     if isinstance(sample, jax.core.Tracer) or jnp.dtype(dtype) not in (jnp.float32, jnp.float64):
         return mean + std * sample
     # In NumPy, with the same two roundings as jax's eager multiply and add: nothing to compile per shape.
     values = np.asarray(sample)  # float32 when dtype asks float64 without x64, as jax gives it
-    return jnp.asarray(values.dtype.type(mean) + values.dtype.type(std) * values)
+    return _placed(values.dtype.type(mean) + values.dtype.type(std) * values)
 
 
 def trunc_normal_(
@@ -240,7 +255,7 @@ def trunc_normal_(
     if key is None or isinstance(key, Generator):
         work = np.dtype(jnp.dtype(dtype))
         gen = default_generator if key is None else key
-        return jnp.asarray(_torch_trunc_normal(gen, tuple(shape), work, mean, std, a, b), dtype)
+        return _placed(_torch_trunc_normal(gen, tuple(shape), work, mean, std, a, b), dtype)
     lower, upper = (a - mean) / std, (b - mean) / std
     z = jax.random.truncated_normal(key, lower, upper, tuple(shape), jnp.float32)
     # Rounding mean + std*z to dtype could step outside [a, b]; torch never returns such values.
@@ -307,7 +322,7 @@ def eye_(key, shape: Shape, dtype=jnp.float32) -> jax.Array:
     del key
     if len(shape) != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
-    return jnp.eye(*shape, dtype=dtype)
+    return _placed(np.eye(*shape), dtype)
 
 
 def dirac_(key, shape: Shape, dtype=jnp.float32, groups: int = 1) -> jax.Array:
@@ -325,7 +340,7 @@ def dirac_(key, shape: Shape, dtype=jnp.float32, groups: int = 1) -> jax.Array:
     for g in range(groups):
         for d in range(min_dim):
             w[(g * out_chans_per_grp + d, d, *centre)] = 1
-    return jnp.asarray(w, dtype)
+    return _placed(w, dtype)
 
 
 def xavier_uniform_(key, shape: Shape, dtype=jnp.float32, gain: float = 1.0) -> jax.Array:
@@ -406,7 +421,7 @@ def orthogonal_(key, shape: Shape, dtype=jnp.float32, gain: float = 1) -> jax.Ar
         q = q * np.sign(np.diagonal(r)).astype(work)
         if rows < cols:
             q = q.T
-        return jnp.asarray((q.reshape(shape) * work(gain)).astype(work), dtype)
+        return _placed((q.reshape(shape) * work(gain)).astype(work), dtype)
     work = jnp.promote_types(dtype, jnp.float32)  # QR needs >= float32
     flattened = jax.random.normal(key, (rows, cols), work)
     if rows < cols:
@@ -437,7 +452,7 @@ def sparse_(key, shape: Shape, dtype=jnp.float32, sparsity: float = 0.0, std: fl
         values = np.array(normal_(key, shape, dtype, 0.0, std))
         for col in range(cols):
             values[default_generator.randperm(rows)[:n_zero], col] = 0
-        return jnp.asarray(values, dtype)
+        return _placed(values, dtype)
     k_val, k_perm = jax.random.split(key)
     values = normal_(k_val, shape, dtype, 0.0, std)
     # A uniformly random subset of n_zero rows per column: ranks of i.i.d. uniforms.
