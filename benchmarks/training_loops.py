@@ -53,8 +53,8 @@ CASES: dict[str, tuple[str, str, int, int]] = {
               "float32", 10, 110),
     "word_lm": ("2-layer LSTM word LM (emsize = nhid = 32), truncated BPTT 10 x batch 8, clip 0.25, SGD",
                 "float32", 20, 220),
-    "reinforce": ("REINFORCE on CartPole: one jitted policy call per time step, Adam per episode "
-                  "(steps are episodes)", "float32", 20, 60),
+    "reinforce": ("REINFORCE on CartPole: one jitted call per time step (the policy, the sampled action, its "
+                  "log-probability's gradient), Adam per episode (steps are episodes)", "float32", 20, 60),
     "time_sequence": ("time-sequence LSTMCells (51 x 2), LBFGS history 100, float64 as the example's",
                       "float64", 2, 6),
 }
