@@ -32,7 +32,7 @@ def _on_one_device(p: Any) -> bool:
 def _placed_like(host: np.ndarray, p: jax.Array) -> jax.Array:
     """``host`` on ``p``'s device, committed to it as ``p`` is (a jitted step's cache tells the two apart: a
     committed buffer beside uncommitted outputs of the step would compile it again)."""
-    return jax.device_put(host, p.sharding if p.committed else None)
+    return jax.device_put(host, p.sharding if getattr(p, "committed", True) else None)
 
 
 def full_like(p: Any, value: float) -> jax.Array:

@@ -146,17 +146,33 @@ def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.n
     executables: dict[tuple[int, bool], Any] = {}
     on_cpu = jax.default_backend() == "cpu"
 
-    def compiled(blocks: np.ndarray, rows: int, mean: np.float32, std: np.float32) -> tuple[np.ndarray, bool]:
-        args = (blocks, np.int32(rows), mean, std, np.int32(0))
-        args = args if on_cpu else jax.device_put(args, cpu)
-        apart = blocks.shape[0] >= _APART_BLOCKS
+    def executable(args: tuple, apart: bool) -> Any:
         # Compiled ahead of time, one executable per bucket: an executable runs now even while a function is
         # being traced (a port's forward drawing torch.randn on the host: the draw is a value of this call,
         # not an operation of that function), and its trace is not made under that trace's constant folding
         # (which would run the transform's iota as a computation of its own, compiled for each bucket).
-        run = executables.get((blocks.shape[0], apart))
+        run = executables.get((args[0].shape[0], apart))
         if run is None:
-            run = executables[blocks.shape[0], apart] = jitted[apart].lower(*args).compile()
+            run = executables[args[0].shape[0], apart] = jitted[apart].lower(*args).compile()
+        return run
+
+    scalars: dict[int, tuple[jax.Array, ...]] = {}
+
+    def halves(blocks: np.ndarray, rows: int) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+        """Standard normals' cosine and sine halves of ``blocks`` (a bucket below ``_APART_BLOCKS``) and the
+        flag, on the device, not awaited."""
+        tail = scalars.get(rows)
+        if tail is None:  # placed once per size: a NumPy scalar argument is copied to the device at every call
+            tail = scalars[rows] = tuple(jax.device_put(v) for v in (np.int32(rows), np.float32(0), np.float32(1),
+                                                                     np.int32(0)))
+        args = (blocks, *tail)
+        return executable(args, False)(*args)
+
+    def compiled(blocks: np.ndarray, rows: int, mean: np.float32, std: np.float32) -> tuple[np.ndarray, bool]:
+        args = (blocks, np.int32(rows), mean, std, np.int32(0))
+        args = args if on_cpu else jax.device_put(args, cpu)
+        apart = blocks.shape[0] >= _APART_BLOCKS
+        run = executable(args, apart)
         if apart:
             out, normal = run(*args)
             return np.asarray(out), bool(normal)
@@ -165,6 +181,7 @@ def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.n
         out[:, :8], out[:, 8:] = np.asarray(cosines), np.asarray(sines)
         return out, bool(normal)
 
+    compiled.halves = halves  # type: ignore[attr-defined]
     return compiled
 
 
@@ -229,3 +246,65 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray | None:
             _CHECKED.add(size)
         results.append(result)
     return results[0] if len(results) == 1 else np.concatenate(results)  # read-only where XLA wrote it
+
+
+# -- standard normals left on the device: a compiled step's noise -------------------------------------------------
+
+def device_ready(rows: int) -> bool:
+    """Whether :func:`standard_on_device` takes ``rows`` blocks: a size bucket already compiled and checked by
+    :func:`fill16` (a size drawn before), small enough for its halves to be joined by a computation of their
+    own (below ``_APART_BLOCKS``, whose transform joins them after a host-side barrier), on a CPU-only JAX."""
+    size = _bucket(rows)
+    return (not _BROKEN and rows <= _MAX_BLOCKS and size < _APART_BLOCKS and size in _CHECKED
+            and _kernels() is not None and jax.default_backend() == "cpu")
+
+
+@functools.cache
+def _joined() -> Callable[..., jax.Array]:
+    """The halves joined into torch's layout: each block's cosines then sines, the redrawn last block (when
+    ``count`` is not a multiple of 16) over the tail, in ``shape``."""
+
+    def join(cosines: jax.Array, sines: jax.Array, *, rows: int, count: int, shape: tuple[int, ...]) -> jax.Array:
+        flat = jnp.concatenate([cosines, sines], axis=1)[:rows].reshape(-1)
+        full = count // 16 * 16
+        if count % 16:
+            flat = jnp.concatenate([flat[:count - 16], flat[full:full + 16]])
+        return flat.reshape(shape)
+
+    return jax.jit(join, static_argnames=("rows", "count", "shape"))
+
+
+_DEVICE_CHECKED: set[tuple[int, tuple[int, ...]]] = set()  # (count, shape) whose first device result was NumPy's
+
+
+def _assembled(blocks: np.ndarray, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    """NumPy's standard normals from ``blocks`` in torch's layout (see :func:`_joined`)."""
+    flat = _normal.fill16(blocks, 0.0, 1.0).reshape(-1)
+    full = count // 16 * 16
+    if count % 16:
+        flat = np.concatenate([flat[:count - 16], flat[full:full + 16]])
+    return flat.reshape(shape)
+
+
+def standard_on_device(blocks: np.ndarray, count: int, shape: tuple[int, ...]) -> Any:
+    """torch's float32 ``normal_(0, 1)`` of ``count`` elements in ``shape`` from ``blocks`` (its uniforms as
+    ``(rows, 16)``: the whole blocks, then the redrawn last block when ``count % 16``), as a ``jax.Array``
+    whose computation is dispatched and not awaited: the noise a compiled step takes as an argument, with
+    no wait and no copy through the host. Call only where :func:`device_ready` holds for ``rows``.
+
+    Mean 0 and standard deviation 1 leave no result a flushed denormal could touch (a nonzero
+    ``radius * cos`` is above 1e-11; an exact zero is computed exactly), so the transform's flag is not
+    read. The first result of each size is checked against NumPy's; a difference returns NumPy's and
+    turns the compiled route off for the process.
+    """
+    rows, size = blocks.shape[0], _bucket(blocks.shape[0])
+    padded = blocks if size == rows else np.concatenate([blocks, np.full((size - rows, 16), 0.5, np.float32)])
+    (cosines, sines), _ = _kernels().halves(padded, rows)
+    out = _joined()(cosines, sines, rows=rows, count=count, shape=shape)
+    if (count, shape) not in _DEVICE_CHECKED:
+        expected = _assembled(blocks, count, shape)
+        if np.asarray(out).tobytes() != expected.tobytes():
+            _BROKEN.append(True)
+            return expected
+        _DEVICE_CHECKED.add((count, shape))
+    return out

@@ -468,6 +468,29 @@ class Generator:
         """``torch.randn(size, dtype=dtype, generator=g)``: :meth:`normal` with mean 0 and std 1."""
         return self.normal(size, 0.0, 1.0, dtype)
 
+    @_after_staged_draws
+    def randn_for_call(self, size: int | Sequence[int]) -> Any:
+        """:meth:`randn` (float32) as a compiled function's argument: the same numbers, as a ``jax.Array`` whose
+        computation is dispatched and not awaited where the compiled transform already serves this size
+        (a step's noise from its third draw: :func:`jax_impl.random._normal_xla.standard_on_device`), else
+        as :meth:`randn`'s NumPy array. What :func:`jax_impl.random.host_draws.jit_with_host_draws` draws for
+        a traced ``randn``/``randn_like``: the step then waits for no draw on the host.
+        """
+        shape = _shape(size)
+        count = math.prod(shape)
+        rows = count // 16 + (1 if count % 16 else 0)
+        if count < 16 or getattr(_IN_CALLBACK, "active", False) or not _normal.vectorized_float_kernel():
+            return self.randn(shape)
+        from jax_impl.random import _normal_xla
+
+        if not _normal_xla.device_ready(rows):
+            return self.randn(shape)
+        full = count // 16 * 16
+        blocks = self._uniforms(count, np.float32)[:full].reshape(-1, 16)  # the whole tensor's uniforms first
+        if count % 16:  # then torch's redrawn last block
+            blocks = np.concatenate([blocks, self._uniforms(16, np.float32).reshape(1, 16)])
+        return _normal_xla.standard_on_device(blocks, count, shape)
+
     def _uniforms(self, n: int, dtype: Any) -> np.ndarray:
         """``uniform_real_distribution<T>(0, 1)`` x n: float (24 bits of ``random()``) or double (53 of ``random64()``)."""
         if dtype == np.float64:

@@ -62,6 +62,8 @@ def _draw_plan(plan: Sequence[tuple[Any, Draw]]) -> tuple[np.ndarray, ...]:
         if j - i > 1:
             masks = generator.bernoulli_many([d.args for _, d in plan[i:j]])
             arrays += [np.asarray(m).astype(d.dtype, copy=False) for m, (_, d) in zip(masks, plan[i:j])]
+        elif draw.method == "normal" and draw.args[1:] == (0.0, 1.0, "float32") and hasattr(generator, "randn_for_call"):
+            arrays.append(generator.randn_for_call(draw.args[0]))  # a step's noise: maybe still being computed
         else:
             arrays.append(np.asarray(draw.run(generator)).astype(draw.dtype, copy=False))
         i = j

@@ -35,6 +35,7 @@ def fresh_buckets(monkeypatch):
     monkeypatch.setattr(_normal_xla, "_CHECKED", set())
     monkeypatch.setattr(_normal_xla, "_BROKEN", [])
     monkeypatch.setattr(_normal_xla, "_COMPILE_BLOCKS", 0)
+    monkeypatch.setattr(_normal_xla, "_DEVICE_CHECKED", set())
 
 
 def test_large_buckets_are_compiled_once_numpy_has_spent_a_compiles_time(fresh_buckets, monkeypatch):
@@ -169,3 +170,33 @@ def test_host_draws_made_while_a_function_is_traced_are_values(fresh_buckets):
         jax.make_jaxpr(lambda x: forward(x))(jnp.zeros((64, 20)))  # a new function: traced again
         assert len(drawn) == i + 1 and drawn[-1].tobytes() == torch.randn(64, 20, generator=t).numpy().tobytes()
     assert _normal_xla._CHECKED  # the later draws took the compiled route
+
+
+@pytest.mark.parametrize("shape", [(128, 20), (64, 100, 1, 1), (7, 9), (16,), (33,), (3, 5, 7)])
+def test_randn_for_call_is_torchs_on_the_device(shape, fresh_buckets):
+    """A step's noise as ``jit_with_host_draws`` draws it: NumPy's array for a size's first draw (and its
+    second, unless the first already checked its bucket), then a ``jax.Array`` left on the device; torch's numbers and generator state at every draw, the redrawn last
+    block of a size that is not a multiple of 16 included."""
+    import jax
+
+    t, g = torch.Generator().manual_seed(len(shape)), Generator(len(shape))
+    kinds = []
+    for _ in range(4):
+        ours, theirs = g.randn_for_call(shape), torch.randn(*shape, generator=t)
+        kinds.append(isinstance(ours, jax.Array))
+        assert np.asarray(ours).tobytes() == theirs.numpy().tobytes()
+        assert bytes(g.get_state()) == bytes(t.get_state().numpy())
+    assert not kinds[0] and kinds[2:] == [True, True]  # on the device once the size's bucket is checked
+
+
+def test_a_device_result_that_is_not_numpys_is_replaced_and_turns_the_route_off(fresh_buckets, monkeypatch):
+    """The first device result of a size is checked: a wrong one gives NumPy's numbers, and later draws stay on
+    the host."""
+    joined = _normal_xla._joined()
+    monkeypatch.setattr(_normal_xla, "_joined", lambda: lambda *a, **k: joined(*a, **k) + 1)
+    monkeypatch.setattr(_normal_xla, "_DEVICE_CHECKED", set())
+    t, g = torch.Generator().manual_seed(2), Generator(2)
+    for _ in range(4):
+        ours = g.randn_for_call((40, 12))
+        assert np.asarray(ours).tobytes() == torch.randn(40, 12, generator=t).numpy().tobytes()
+    assert _normal_xla._BROKEN and isinstance(ours, np.ndarray)
