@@ -248,63 +248,66 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray | None:
     return results[0] if len(results) == 1 else np.concatenate(results)  # read-only where XLA wrote it
 
 
-# -- standard normals left on the device: a compiled step's noise -------------------------------------------------
+# -- standard normals handed to a compiled step in halves -------------------------------------------------------
+
+# A step's noise of up to HALVES_MAX_COUNT standard normals is handed to the step as its transform's two halves,
+# which the step joins (a bucket below _APART_BLOCKS: the transform that joins them itself does so after a
+# host-side barrier).
+HALVES_MAX_COUNT = (_APART_BLOCKS // 2) * 16
+
+
+def halves_rows(count: int) -> int:
+    """The rows of each half of ``count`` standard normals (their blocks, the redrawn last one included,
+    padded to the size bucket)."""
+    return _bucket(count // 16 + (1 if count % 16 else 0))
+
 
 def device_ready(rows: int) -> bool:
-    """Whether :func:`standard_on_device` takes ``rows`` blocks: a size bucket already compiled and checked by
-    :func:`fill16` (a size drawn before), small enough for its halves to be joined by a computation of their
-    own (below ``_APART_BLOCKS``, whose transform joins them after a host-side barrier), on a CPU-only JAX."""
+    """Whether :func:`standard_halves` takes ``rows`` blocks: a size bucket already compiled and checked by
+    :func:`fill16` (a size drawn before), below ``_APART_BLOCKS``, on a CPU-only JAX."""
     size = _bucket(rows)
-    return (not _BROKEN and rows <= _MAX_BLOCKS and size < _APART_BLOCKS and size in _CHECKED
-            and _kernels() is not None and jax.default_backend() == "cpu")
+    return (not _BROKEN and size < _APART_BLOCKS and size in _CHECKED and _kernels() is not None
+            and jax.default_backend() == "cpu")
 
 
-@functools.cache
-def _joined() -> Callable[..., jax.Array]:
-    """The halves joined into torch's layout: each block's cosines then sines, the redrawn last block (when
-    ``count`` is not a multiple of 16) over the tail, in ``shape``."""
-
-    def join(cosines: jax.Array, sines: jax.Array, *, rows: int, count: int, shape: tuple[int, ...]) -> jax.Array:
-        flat = jnp.concatenate([cosines, sines], axis=1)[:rows].reshape(-1)
-        full = count // 16 * 16
-        if count % 16:
-            flat = jnp.concatenate([flat[:count - 16], flat[full:full + 16]])
-        return flat.reshape(shape)
-
-    return jax.jit(join, static_argnames=("rows", "count", "shape"))
+_HALVES_CHECKED: set[int] = set()  # buckets whose first halves were NumPy's
 
 
-_DEVICE_CHECKED: set[tuple[int, tuple[int, ...]]] = set()  # (count, shape) whose first device result was NumPy's
-
-
-def _assembled(blocks: np.ndarray, count: int, shape: tuple[int, ...]) -> np.ndarray:
-    """NumPy's standard normals from ``blocks`` in torch's layout (see :func:`_joined`)."""
-    flat = _normal.fill16(blocks, 0.0, 1.0).reshape(-1)
-    full = count // 16 * 16
-    if count % 16:
-        flat = np.concatenate([flat[:count - 16], flat[full:full + 16]])
-    return flat.reshape(shape)
-
-
-def standard_on_device(blocks: np.ndarray, count: int, shape: tuple[int, ...]) -> Any:
-    """torch's float32 ``normal_(0, 1)`` of ``count`` elements in ``shape`` from ``blocks`` (its uniforms as
-    ``(rows, 16)``: the whole blocks, then the redrawn last block when ``count % 16``), as a ``jax.Array``
-    whose computation is dispatched and not awaited: the noise a compiled step takes as an argument, with
-    no wait and no copy through the host. Call only where :func:`device_ready` holds for ``rows``.
+def standard_halves(blocks: np.ndarray) -> tuple[Any, Any]:
+    """torch's float32 ``normal_(0, 1)`` transform of ``blocks`` (``(rows, 16)`` uniforms) as its cosine and
+    sine halves, each ``(halves_rows, 8)``: ``jax.Array`` s whose computation is dispatched and not awaited
+    where :func:`device_ready` holds, else NumPy's (padded rows zero).
 
     Mean 0 and standard deviation 1 leave no result a flushed denormal could touch (a nonzero
     ``radius * cos`` is above 1e-11; an exact zero is computed exactly), so the transform's flag is not
-    read. The first result of each size is checked against NumPy's; a difference returns NumPy's and
+    read. The first halves of each bucket are checked against NumPy's; a difference returns NumPy's and
     turns the compiled route off for the process.
     """
     rows, size = blocks.shape[0], _bucket(blocks.shape[0])
     padded = blocks if size == rows else np.concatenate([blocks, np.full((size - rows, 16), 0.5, np.float32)])
-    (cosines, sines), _ = _kernels().halves(padded, rows)
-    out = _joined()(cosines, sines, rows=rows, count=count, shape=shape)
-    if (count, shape) not in _DEVICE_CHECKED:
-        expected = _assembled(blocks, count, shape)
-        if np.asarray(out).tobytes() != expected.tobytes():
-            _BROKEN.append(True)
-            return expected
-        _DEVICE_CHECKED.add((count, shape))
-    return out
+    if device_ready(rows):
+        (cosines, sines), _ = _kernels().halves(padded, rows)
+        if size in _HALVES_CHECKED:
+            return cosines, sines
+        expected = _normal.fill16(blocks, 0.0, 1.0)
+        if (np.asarray(cosines)[:rows].tobytes() == expected[:, :8].tobytes()
+                and np.asarray(sines)[:rows].tobytes() == expected[:, 8:].tobytes()):
+            _HALVES_CHECKED.add(size)
+            return cosines, sines
+        _BROKEN.append(True)
+    out = np.zeros((size, 16), np.float32)
+    computed = fill16(blocks, 0.0, 1.0)
+    out[:rows] = _normal.fill16(blocks, 0.0, 1.0) if computed is None else computed
+    return np.ascontiguousarray(out[:, :8]), np.ascontiguousarray(out[:, 8:])
+
+
+def join_halves(cosines: Any, sines: Any, count: int, shape: tuple[int, ...]) -> jax.Array:
+    """Traced: the halves joined into torch's layout, each block's cosines then its sines, the redrawn last
+    block (when ``count`` is not a multiple of 16) over the tail, in ``shape``. Pure data movement, fused
+    into the step's use of the noise."""
+    rows = count // 16 + (1 if count % 16 else 0)
+    flat = jnp.concatenate([cosines, sines], axis=1)[:rows].reshape(-1)
+    full = count // 16 * 16
+    if count % 16:
+        flat = jnp.concatenate([flat[:count - 16], flat[full:full + 16]])
+    return flat.reshape(shape)

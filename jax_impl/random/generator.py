@@ -468,28 +468,47 @@ class Generator:
         """``torch.randn(size, dtype=dtype, generator=g)``: :meth:`normal` with mean 0 and std 1."""
         return self.normal(size, 0.0, 1.0, dtype)
 
-    @_after_staged_draws
-    def randn_for_call(self, size: int | Sequence[int]) -> Any:
-        """:meth:`randn` (float32) as a compiled function's argument: the same numbers, as a ``jax.Array`` whose
-        computation is dispatched and not awaited where the compiled transform already serves this size
-        (a step's noise from its third draw: :func:`jax_impl.random._normal_xla.standard_on_device`), else
-        as :meth:`randn`'s NumPy array. What :func:`jax_impl.random.host_draws.jit_with_host_draws` draws for
-        a traced ``randn``/``randn_like``: the step then waits for no draw on the host.
-        """
-        shape = _shape(size)
-        count = math.prod(shape)
-        rows = count // 16 + (1 if count % 16 else 0)
-        if count < 16 or getattr(_IN_CALLBACK, "active", False) or not _normal.vectorized_float_kernel():
-            return self.randn(shape)
+    # -- a compiled step's noise, in halves (jit_with_host_draws) -------------------------------------------
+    def fed_form(self, draw: host_draws.Draw) -> Any:
+        """How :func:`jax_impl.random.host_draws.jit_with_host_draws` hands ``draw`` to its compiled function:
+        ``None`` (the array), or, for a float32 standard normal of 16 to
+        :data:`jax_impl.random._normal_xla.HALVES_MAX_COUNT` elements (``randn``/``randn_like`` noise), the
+        two halves of its transform (:meth:`feed`), which the function joins (:meth:`from_fed`): the
+        transform's result then reaches the step without a wait or a copy through the host."""
+        count = math.prod(draw.shape)
+        if draw.method != "normal" or draw.args[1:] != (0.0, 1.0, "float32") or count < 16:
+            return None
         from jax_impl.random import _normal_xla
 
-        if not _normal_xla.device_ready(rows):
-            return self.randn(shape)
+        if count > _normal_xla.HALVES_MAX_COUNT:
+            return None
+        import jax
+
+        half = jax.ShapeDtypeStruct((_normal_xla.halves_rows(count), 8), np.float32)
+        return half, half
+
+    @_after_staged_draws
+    def feed(self, draw: host_draws.Draw) -> tuple[Any, Any]:
+        """``draw`` (one :meth:`fed_form` gives halves for) from this generator, as the halves: the engine
+        consumed as :meth:`randn` consumes it."""
+        from jax_impl.random import _normal_xla
+
+        count = math.prod(draw.shape)
         full = count // 16 * 16
         blocks = self._uniforms(count, np.float32)[:full].reshape(-1, 16)  # the whole tensor's uniforms first
         if count % 16:  # then torch's redrawn last block
             blocks = np.concatenate([blocks, self._uniforms(16, np.float32).reshape(1, 16)])
-        return _normal_xla.standard_on_device(blocks, count, shape)
+        if getattr(_IN_CALLBACK, "active", False):  # no computation dispatched from a callback's thread
+            out = np.zeros((_normal_xla.halves_rows(count), 16), np.float32)
+            out[:blocks.shape[0]] = _normal.fill16(blocks, 0.0, 1.0)
+            return np.ascontiguousarray(out[:, :8]), np.ascontiguousarray(out[:, 8:])
+        return _normal_xla.standard_halves(blocks)
+
+    def from_fed(self, draw: host_draws.Draw, fed: tuple[Any, Any]) -> Any:
+        """Traced: the array ``draw`` is, from the halves :meth:`feed` gave."""
+        from jax_impl.random import _normal_xla
+
+        return _normal_xla.join_halves(*fed, math.prod(draw.shape), draw.shape)
 
     def _uniforms(self, n: int, dtype: Any) -> np.ndarray:
         """``uniform_real_distribution<T>(0, 1)`` x n: float (24 bits of ``random()``) or double (53 of ``random64()``)."""

@@ -48,10 +48,18 @@ class Draw(NamedTuple):
         return f"{self.method}{self.args}"
 
 
-def _draw_plan(plan: Sequence[tuple[Any, Draw]]) -> tuple[np.ndarray, ...]:
-    """The plan's draws on the host, in order. Consecutive bernoulli draws of one generator are drawn
+def _fed_form(generator: Any, draw: Draw) -> Any:
+    """How ``draw`` is handed to the compiled function: ``None`` for the array itself, else the shapes of the
+    parts the generator hands over instead (``generator.fed_form``), which the traced function joins back."""
+    form = getattr(generator, "fed_form", None)
+    return None if form is None else form(draw)
+
+
+def _draw_plan(plan: Sequence[tuple[Any, Draw]], forms: Sequence[Any]) -> tuple[Any, ...]:
+    """The plan's draws on the host, in order, each as the compiled function takes it (``forms``: a draw with
+    a form of its own comes from ``generator.feed``). Consecutive bernoulli draws of one generator are drawn
     together (:meth:`~jax_impl.random.Generator.bernoulli_many`): the same masks, one engine call."""
-    arrays: list[np.ndarray] = []
+    arrays: list[Any] = []
     i = 0
     while i < len(plan):
         generator, draw = plan[i]
@@ -62,8 +70,8 @@ def _draw_plan(plan: Sequence[tuple[Any, Draw]]) -> tuple[np.ndarray, ...]:
         if j - i > 1:
             masks = generator.bernoulli_many([d.args for _, d in plan[i:j]])
             arrays += [np.asarray(m).astype(d.dtype, copy=False) for m, (_, d) in zip(masks, plan[i:j])]
-        elif draw.method == "normal" and draw.args[1:] == (0.0, 1.0, "float32") and hasattr(generator, "randn_for_call"):
-            arrays.append(generator.randn_for_call(draw.args[0]))  # a step's noise: maybe still being computed
+        elif forms[i] is not None:
+            arrays.append(generator.feed(draw))  # a step's noise, in parts the step joins (maybe still computing)
         else:
             arrays.append(np.asarray(draw.run(generator)).astype(draw.dtype, copy=False))
         i = j
@@ -105,7 +113,7 @@ def intercept(generator: Any, draw: Draw) -> Any | None:
         raise RuntimeError(f"a traced draw {draw.describe()} is not the one recorded for this call "
                            f"({expected and expected[1].describe()}): the function's draws depend on more than "
                            "the shapes of its arguments")
-    return array
+    return array if _fed_form(generator, draw) is None else generator.from_fed(draw, array)
 
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -174,35 +182,38 @@ def jit_with_host_draws(fn: Callable[..., Any], *, donate_argnums: Sequence[int]
     plain = jax.jit(private(), donate_argnums=tuple(donate_argnums))
     # Called inside another trace (a jit or vmap around the step), the masks stay ordered callbacks there.
     inside = jax.jit(private(), donate_argnums=tuple(donate_argnums))
-    entries: dict[Any, tuple[tuple[Any, ...], Callable[..., Any]]] = {}  # batch signature -> (plan, compiled)
+    # batch signature -> (plan, each draw's fed form, compiled)
+    entries: dict[Any, tuple[tuple[Any, ...], tuple[Any, ...], Callable[..., Any]]] = {}
 
-    def entry(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], Callable[..., Any]]:
+    def entry(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...], Callable[..., Any]]:
         key = _signature([args[i] for i in key_argnums])
         if key is None:
-            return (), inside
+            return (), (), inside
         found = entries.get(key)
         if found is None:
             recorded: list[tuple[Any, Draw]] = []
             with _mode(("record", recorded)):
                 plain.trace(*args)
             plan = tuple(recorded)
-            found = entries[key] = (plan, plain if not plan else jax.jit(
+            forms = tuple(_fed_form(generator, draw) for generator, draw in plan)
+            found = entries[key] = (plan, forms, plain if not plan else jax.jit(
                 fed_by(plan), donate_argnums=tuple(i + 1 for i in donate_argnums)))
         return found
 
     def call(*args: Any) -> Any:
-        plan, run = entry(args)
+        plan, forms, run = entry(args)
         if not plan:
             return run(*args)
-        return run(_draw_plan(plan), *args)
+        return run(_draw_plan(plan, forms), *args)
 
     def lower(*args: Any) -> Any:
         """``jax.jit(...).lower`` of the compiled function for these arguments (its draws as abstract
         arguments: nothing is drawn)."""
-        plan, run = entry(args)
+        plan, forms, run = entry(args)
         if not plan:
             return run.lower(*args)
-        return run.lower(tuple(jax.ShapeDtypeStruct(draw.shape, draw.dtype) for _, draw in plan), *args)
+        return run.lower(tuple(jax.ShapeDtypeStruct(draw.shape, draw.dtype) if form is None else form
+                               for (_, draw), form in zip(plan, forms)), *args)
 
     call.lower = lower  # type: ignore[attr-defined]
     return call

@@ -35,7 +35,7 @@ def fresh_buckets(monkeypatch):
     monkeypatch.setattr(_normal_xla, "_CHECKED", set())
     monkeypatch.setattr(_normal_xla, "_BROKEN", [])
     monkeypatch.setattr(_normal_xla, "_COMPILE_BLOCKS", 0)
-    monkeypatch.setattr(_normal_xla, "_DEVICE_CHECKED", set())
+    monkeypatch.setattr(_normal_xla, "_HALVES_CHECKED", set())
 
 
 def test_large_buckets_are_compiled_once_numpy_has_spent_a_compiles_time(fresh_buckets, monkeypatch):
@@ -172,31 +172,64 @@ def test_host_draws_made_while_a_function_is_traced_are_values(fresh_buckets):
     assert _normal_xla._CHECKED  # the later draws took the compiled route
 
 
-@pytest.mark.parametrize("shape", [(128, 20), (64, 100, 1, 1), (7, 9), (16,), (33,), (3, 5, 7)])
-def test_randn_for_call_is_torchs_on_the_device(shape, fresh_buckets):
-    """A step's noise as ``jit_with_host_draws`` draws it: NumPy's array for a size's first draw (and its
-    second, unless the first already checked its bucket), then a ``jax.Array`` left on the device; torch's numbers and generator state at every draw, the redrawn last
-    block of a size that is not a multiple of 16 included."""
+@pytest.mark.parametrize("shape", [(128, 20), (64, 100, 1, 1), (7, 9), (16,), (33,), (3, 5, 7), (8192,)])
+def test_a_steps_noise_in_halves_is_torchs(shape, fresh_buckets):
+    """A step's ``randn`` as ``jit_with_host_draws`` hands it over: the transform's halves (NumPy's for a size's
+    first draws, then arrays left on the device), joined in the step into torch's numbers, the redrawn last
+    block of a size that is not a multiple of 16 included; the generator's state is torch's at every draw."""
     import jax
 
+    from jax_impl.random.host_draws import Draw
+
     t, g = torch.Generator().manual_seed(len(shape)), Generator(len(shape))
-    kinds = []
+    draw = Draw("normal", (shape, 0.0, 1.0, "float32"), shape, "float32")
+    form = g.fed_form(draw)
+    join = jax.jit(lambda fed: g.from_fed(draw, fed))
+    on_device = []
     for _ in range(4):
-        ours, theirs = g.randn_for_call(shape), torch.randn(*shape, generator=t)
-        kinds.append(isinstance(ours, jax.Array))
+        fed = g.feed(draw)
+        assert [(h.shape, h.dtype) for h in fed] == [(f.shape, f.dtype) for f in form]
+        on_device.append(isinstance(fed[0], jax.Array))
+        ours, theirs = join(fed), torch.randn(*shape, generator=t)
         assert np.asarray(ours).tobytes() == theirs.numpy().tobytes()
         assert bytes(g.get_state()) == bytes(t.get_state().numpy())
-    assert not kinds[0] and kinds[2:] == [True, True]  # on the device once the size's bucket is checked
+    assert not on_device[0] and on_device[2:] == [True, True]  # once the size's bucket is compiled and checked
 
 
-def test_a_device_result_that_is_not_numpys_is_replaced_and_turns_the_route_off(fresh_buckets, monkeypatch):
-    """The first device result of a size is checked: a wrong one gives NumPy's numbers, and later draws stay on
-    the host."""
-    joined = _normal_xla._joined()
-    monkeypatch.setattr(_normal_xla, "_joined", lambda: lambda *a, **k: joined(*a, **k) + 1)
-    monkeypatch.setattr(_normal_xla, "_DEVICE_CHECKED", set())
+def test_only_small_standard_float32_normals_come_in_halves():
+    from jax_impl.random.host_draws import Draw
+
+    g = Generator(0)
+    assert g.fed_form(Draw("normal", ((8, 1024), 0.0, 1.0, "float32"), (8, 1024), "float32")) is not None
+    for args, shape in [(((8, 1025), 0.0, 1.0, "float32"), (8, 1025)), (((15,), 0.0, 1.0, "float32"), (15,)),
+                        (((64,), 0.5, 1.0, "float32"), (64,)), (((64,), 0.0, 2.0, "float32"), (64,)),
+                        (((64,), 0.0, 1.0, "float64"), (64,))]:
+        assert g.fed_form(Draw("normal", args, shape, args[-1])) is None, args
+
+
+def test_device_halves_that_are_not_numpys_are_replaced_and_turn_the_route_off(fresh_buckets, monkeypatch):
+    """The first device halves of a bucket are checked: wrong ones give NumPy's numbers, and later draws stay
+    on the host."""
+    import jax
+
+    from jax_impl.random.host_draws import Draw
+
+    kernels = _normal_xla._kernels()
+
+    class Wrong:
+        def __call__(self, *args):
+            return kernels(*args)
+
+        def halves(self, blocks, rows):
+            (c, s), flag = kernels.halves(blocks, rows)
+            return (c + 1, s), flag
+
+    monkeypatch.setattr(_normal_xla, "_kernels", lambda: Wrong())
+    monkeypatch.setattr(_normal_xla, "_HALVES_CHECKED", set())
     t, g = torch.Generator().manual_seed(2), Generator(2)
+    draw = Draw("normal", ((40, 12), 0.0, 1.0, "float32"), (40, 12), "float32")
     for _ in range(4):
-        ours = g.randn_for_call((40, 12))
-        assert np.asarray(ours).tobytes() == torch.randn(40, 12, generator=t).numpy().tobytes()
-    assert _normal_xla._BROKEN and isinstance(ours, np.ndarray)
+        fed = g.feed(draw)
+        ours = np.asarray(jax.jit(lambda f: g.from_fed(draw, f))(fed))
+        assert ours.tobytes() == torch.randn(40, 12, generator=t).numpy().tobytes()
+    assert _normal_xla._BROKEN and isinstance(fed[0], np.ndarray)
