@@ -14,6 +14,12 @@ compiled function that holds no callback.
 The stream is torch's either way: the masks are the same draws in the same
 order from the same generators, and a host draw made between two calls (a
 DataLoader's seed at an epoch's start) comes between them, as in torch.
+
+A generator may hand a draw over in parts of its own (``fed_form``,
+``feed``, ``from_fed``): :class:`jax_impl.random.Generator` hands a step's
+small standard normals over as the two halves of their transform, which the
+compiled function joins, so that the transform, dispatched before the
+call, need not be awaited on the host.
 """
 
 from __future__ import annotations
