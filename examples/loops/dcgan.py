@@ -420,8 +420,10 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
     keep_steps = _sample_steps(len(dataloader), steps, c.sample_every)
     with recorder(folder, "jax", meta, keep_every=c.keep_every, keep_steps=keep_steps) as rec:
         for step, i, _, (real,) in epochs(dataloader, steps):
-            noise = jnp.asarray(jr.randn(real.shape[0], c.nz, 1, 1, dtype=ddt), cdt)
-            carry, scalars = train_step(*carry, jnp.asarray(real), noise)
+            # NumPy in, cast on the host: a jitted call takes arrays as they are, where each jnp.asarray would
+            # be an eager computation of its own, at every step.
+            noise = jr.randn(real.shape[0], c.nz, 1, 1, dtype=ddt).astype(cdt)
+            carry, scalars = train_step(*carry, real, noise)
             values: dict[str, Any] = {k: float(v) for k, v in scalars.items()}
             if i % c.sample_every == 0:
                 pD, bD, optD, pG, bG, optG = carry

@@ -291,7 +291,7 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
     def test(params) -> float:
         test_loss = 0
         for data, _ in test_loader:
-            test_loss += float(test_loss_of(params, jnp.asarray(data)))
+            test_loss += float(test_loss_of(params, data))
         return test_loss / len(test_loader.dataset)
 
     def state(params) -> dict[str, np.ndarray]:
@@ -302,7 +302,8 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
     keep_steps = range(len(train_loader) - 1, steps, len(train_loader))  # the epochs' ends: their samples
     with recorder(folder, "jax", meta, keep_every=c.keep_every, keep_steps=keep_steps) as rec:
         for step, i, last, (data, _) in epochs(train_loader, steps):
-            params, opt_state, loss = train_step(params, opt_state, jnp.asarray(data))
+            # The batch as NumPy: a jitted call takes it as it is (jnp.asarray would be an eager computation).
+            params, opt_state, loss = train_step(params, opt_state, data)
             values: dict[str, Any] = {"loss": float(loss)}
             if last:
                 values["test_loss"] = test(params)

@@ -339,7 +339,7 @@ def _train_jax(folder, steps, dtype, seed, record_every):
         hidden = init_hidden(cfg["eval_batch_size"])
         for i in range(0, data_source.shape[0] - 1, cfg["bptt"]):
             data, targets = get_batch(data_source, i, cfg["bptt"])
-            loss, hidden = eval_step(params, hidden, jnp.asarray(data), jnp.asarray(targets))
+            loss, hidden = eval_step(params, hidden, data, targets)  # NumPy in: no eager copy per batch
             total_loss += len(data) * float(loss)
         return total_loss / (len(data_source) - 1)
 
@@ -352,8 +352,10 @@ def _train_jax(folder, steps, dtype, seed, record_every):
             starts = _batch_starts(train_data, cfg["bptt"])
             for batch, i in enumerate(starts):
                 data, targets = get_batch(train_data, i, cfg["bptt"])
-                params, hidden, loss, grad_norm = train_step(params, hidden, jnp.asarray(data),
-                                                             jnp.asarray(targets), jnp.asarray(-lr, jdtype))
+                # The batch and the step's -lr as NumPy: a jitted call takes them as they are, where each
+                # jnp.asarray would be an eager computation of its own, at every step.
+                params, hidden, loss, grad_norm = train_step(params, hidden, data, targets,
+                                                             np.asarray(-lr, np.dtype(jdtype)))
                 values: dict[str, Any] = {"loss": float(loss), "grad_norm": float(grad_norm), "lr": lr}
                 if batch == len(starts) - 1:
                     val_loss = evaluate(val_data)
