@@ -23,6 +23,11 @@ used: each size bucket's first compiled call is checked against NumPy's.
 
 Block counts are padded to powers of two (a compile per bucket, not per
 tensor size) and cut into runs of at most ``2**16`` blocks.
+
+A compiled step's own small standard normals (``staged.randn``) are handed
+to the step as the transform's two halves (:func:`standard_halves`), which
+the step joins itself (:func:`join_halves`): the transform runs between the
+host's draw and the step with no wait and no copy through the host.
 """
 
 from __future__ import annotations
