@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_impl import _constants
 from jax_impl.random import Generator, default_generator
 from jax_impl.random.fma import fma64
 
@@ -181,6 +182,8 @@ def _placed(values: Any, dtype: Any = None) -> jax.Array:
     values = np.asarray(values)
     if dtype is not None:
         values = values.astype(jax.dtypes.canonicalize_dtype(dtype), copy=False)
+    if values.base is not None:  # a cut of a larger draw: the device array would keep all of it alive
+        values = values.copy()
     return jax.device_put(values)
 
 
@@ -300,13 +303,15 @@ def _torch_trunc_normal(gen: Generator, shape: tuple[int, ...], work: np.dtype, 
 
 
 def constant_(key, shape: Shape, dtype=jnp.float32, val: float = 0.0) -> jax.Array:
-    """Fill with ``val`` (``key`` is unused; kept for a uniform signature).
+    """Fill with ``val`` (``key`` is unused; kept for a uniform signature), converted as torch's ``fill_``
+    converts it.
 
-    Filled on the host and placed on the device, as the random initialisers' draws are: ``jnp.full`` would be
-    a computation of its own, compiled for every shape it meets before a model's first step.
+    Filled on the host and placed on jax's default CPU device, as the random initialisers' draws are:
+    ``jnp.full`` would be a computation of its own, compiled for every shape it meets before a model's first
+    step. Inside a trace (``nnx.eval_shape``, a jitted init) or on an accelerator, ``jnp.full``.
     """
     del key
-    return jax.device_put(np.full(tuple(shape), val, dtype=jnp.dtype(dtype)))
+    return _constants.full(tuple(shape), val, dtype)
 
 
 def ones_(key, shape: Shape, dtype=jnp.float32) -> jax.Array:

@@ -46,7 +46,7 @@ from jax_impl._barrier import barrier
 from jax_impl.kernels import rounded
 from jax_impl.random import _normal
 
-__all__ = ["fill16"]
+__all__ = ["HALVES_MAX_COUNT", "device_ready", "fill16", "halves_rows", "join_halves", "standard_halves"]
 
 # Block counts: padded to a power of two from 16 (a compile per bucket), cut into runs of 2**16; from 1024
 # the halves are joined by XLA, below by the host (:func:`_transform`).
@@ -138,7 +138,8 @@ def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Arr
 def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.ndarray, bool]] | None:
     """The jitted transform on the CPU device (its halves joined by XLA or by the host, by size), or ``None``
     where torch does not take ``avx_mathfun.h``'s functions on this CPU, in a child process, or where JAX
-    has no CPU backend."""
+    has no CPU backend. Its ``halves`` attribute gives a small bucket's standard-normal halves on the
+    device, not awaited (:func:`standard_halves`)."""
     if not _normal.vectorized_float_kernel() or multiprocessing.parent_process() is not None:
         # A DataLoader worker (a child process) drawing augmentation noise keeps NumPy's transform: it
         # would start jax's runtime for it, and a forked child must not use its parent's.
@@ -168,8 +169,11 @@ def _kernels() -> Callable[[np.ndarray, int, np.float32, np.float32], tuple[np.n
         flag, on the device, not awaited."""
         tail = scalars.get(rows)
         if tail is None:  # placed once per size: a NumPy scalar argument is copied to the device at every call
-            tail = scalars[rows] = tuple(jax.device_put(v) for v in (np.int32(rows), np.float32(0), np.float32(1),
-                                                                     np.int32(0)))
+            # Placed now even while a function is being traced (a step called inside a jit): kept, a tracer
+            # would outlive its trace.
+            with jax.ensure_compile_time_eval():
+                tail = scalars[rows] = tuple(jax.device_put(v) for v in (np.int32(rows), np.float32(0),
+                                                                         np.float32(1), np.int32(0)))
         args = (blocks, *tail)
         return executable(args, False)(*args)
 

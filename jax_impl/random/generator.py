@@ -478,6 +478,8 @@ class Generator:
         count = math.prod(draw.shape)
         if draw.method != "normal" or draw.args[1:] != (0.0, 1.0, "float32") or count < 16:
             return None
+        if math.copysign(1.0, draw.args[1]) < 0:  # a mean of -0.0 keeps a zero result's sign: NumPy's route
+            return None
         from jax_impl.random import _normal_xla
 
         if count > _normal_xla.HALVES_MAX_COUNT:

@@ -100,7 +100,8 @@ def intercept(generator: Any, draw: Draw) -> Any | None:
 
     Recording (the abstract trace that finds the draws) notes ``(generator,
     draw)`` and returns a placeholder; feeding (the compiled function's
-    trace) returns the next argument, which must be that draw.
+    trace) returns the next argument, which must be that draw, joined from
+    its parts where the generator hands it over in parts (``from_fed``).
     """
     mode = getattr(_STATE, "mode", None)
     if mode is None:

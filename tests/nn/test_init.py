@@ -406,3 +406,18 @@ def test_jax_key_draws_are_jaxs_numbers_whatever_the_shape(dtype, grid):
                 for g, w in zip(got, want):
                     assert g.dtype == w.dtype and g.shape == w.shape, shape
                     assert np.array_equal(np.asarray(g), np.asarray(w)), shape
+
+
+def test_a_key_draw_cut_to_its_shape_keeps_only_its_own_size():
+    """A key-based draw is made at a size rounded up (one compile serves many shapes) and cut on the host:
+    the parameter owns a copy of its cut, so the larger draw is freed (1100 x 1000 is drawn from 4**11)."""
+    import gc
+
+    def live_bytes() -> int:
+        gc.collect()
+        return sum(a.nbytes for a in jax.live_arrays())
+
+    before = live_bytes()
+    w = J.uniform_(jax.random.key(0), (1100, 1000), a=-1.0, b=1.0)
+    grown = live_bytes() - before
+    assert w.nbytes <= grown < 2 * w.nbytes, (grown, w.nbytes)

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from jax_impl import _constants
 
 
 def ntuple(value, n: int) -> tuple:
@@ -31,13 +32,9 @@ def factory_dtype(device, dtype):
 
 
 def full(shape: int | tuple[int, ...], value: float, dtype) -> jax.Array:
-    """``torch.full(shape, value, dtype=dtype)`` for a layer's initial state (``ones``, ``zeros``, a PReLU slope).
-
-    Filled on the host and placed on jax's default device: ``jnp.full`` outside a trace is a computation of
-    its own, compiled for every shape it meets (a model's norms of many widths, each some milliseconds to
-    tens of them before the first step). The value is cast to ``dtype`` as ``jnp.full`` casts it.
-    """
-    return jax.device_put(np.full(shape, value, dtype=jnp.dtype(dtype)))
+    """``torch.full(shape, value, dtype=dtype)`` for a layer's initial state (``ones``, ``zeros``, a PReLU
+    slope), made without a compile per shape (:func:`jax_impl._constants.full`)."""
+    return _constants.full(shape, value, dtype)
 
 
 def init_key(rngs):
