@@ -282,10 +282,11 @@ def device_ready(rows: int) -> bool:
 _HALVES_CHECKED: set[int] = set()  # buckets whose first halves were NumPy's
 
 
-def standard_halves(blocks: np.ndarray) -> tuple[Any, Any]:
+def standard_halves(blocks: np.ndarray, *, dispatch: bool = True) -> tuple[Any, Any]:
     """torch's float32 ``normal_(0, 1)`` transform of ``blocks`` (``(rows, 16)`` uniforms) as its cosine and
     sine halves, each ``(halves_rows, 8)``: ``jax.Array`` s whose computation is dispatched and not awaited
-    where :func:`device_ready` holds, else NumPy's (padded rows zero).
+    where :func:`device_ready` holds, else NumPy's (padded rows zero). ``dispatch=False`` (a host callback's
+    thread, which must not dispatch a computation): NumPy's.
 
     Mean 0 and standard deviation 1 leave no result a flushed denormal could touch (a nonzero
     ``radius * cos`` is above 1e-11; an exact zero is computed exactly), so the transform's flag is not
@@ -294,7 +295,7 @@ def standard_halves(blocks: np.ndarray) -> tuple[Any, Any]:
     """
     rows, size = blocks.shape[0], _bucket(blocks.shape[0])
     padded = blocks if size == rows else np.concatenate([blocks, np.full((size - rows, 16), 0.5, np.float32)])
-    if device_ready(rows):
+    if dispatch and device_ready(rows):
         (cosines, sines), _ = _kernels().halves(padded, rows)
         if size in _HALVES_CHECKED:
             return cosines, sines
@@ -305,7 +306,7 @@ def standard_halves(blocks: np.ndarray) -> tuple[Any, Any]:
             return cosines, sines
         _BROKEN.append(True)
     out = np.zeros((size, 16), np.float32)
-    computed = fill16(blocks, 0.0, 1.0)
+    computed = fill16(blocks, 0.0, 1.0) if dispatch else None
     out[:rows] = _normal.fill16(blocks, 0.0, 1.0) if computed is None else computed
     return np.ascontiguousarray(out[:, :8]), np.ascontiguousarray(out[:, 8:])
 

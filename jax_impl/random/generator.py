@@ -500,11 +500,8 @@ class Generator:
         blocks = self._uniforms(count, np.float32)[:full].reshape(-1, 16)  # the whole tensor's uniforms first
         if count % 16:  # then torch's redrawn last block
             blocks = np.concatenate([blocks, self._uniforms(16, np.float32).reshape(1, 16)])
-        if getattr(_IN_CALLBACK, "active", False):  # no computation dispatched from a callback's thread
-            out = np.zeros((_normal_xla.halves_rows(count), 16), np.float32)
-            out[:blocks.shape[0]] = _normal.fill16(blocks, 0.0, 1.0)
-            return np.ascontiguousarray(out[:, :8]), np.ascontiguousarray(out[:, 8:])
-        return _normal_xla.standard_halves(blocks)
+        # No computation is dispatched from a host callback's thread.
+        return _normal_xla.standard_halves(blocks, dispatch=not getattr(_IN_CALLBACK, "active", False))
 
     def from_fed(self, draw: host_draws.Draw, fed: tuple[Any, Any]) -> Any:
         """Traced: the array ``draw`` is, from the halves :meth:`feed` gave."""

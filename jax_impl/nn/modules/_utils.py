@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import jax
 import jax.numpy as jnp
-
-from jax_impl import _constants
 
 
 def ntuple(value, n: int) -> tuple:
@@ -29,12 +26,6 @@ def factory_dtype(device, dtype):
             f"device={device!r}: jax_impl layers are created on jax's default device; move them with jax.device_put"
         )
     return jnp.dtype(jnp.float32 if dtype is None else dtype)
-
-
-def full(shape: int | tuple[int, ...], value: float, dtype) -> jax.Array:
-    """``torch.full(shape, value, dtype=dtype)`` for a layer's initial state (``ones``, ``zeros``, a PReLU
-    slope), made without a compile per shape (:func:`jax_impl._constants.full`)."""
-    return _constants.full(shape, value, dtype)
 
 
 def init_key(rngs):

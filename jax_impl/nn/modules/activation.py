@@ -6,7 +6,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import _functional_activation as F
-from jax_impl.nn.modules._utils import factory_dtype, full
+from jax_impl._constants import full
+from jax_impl.nn.modules._utils import factory_dtype
 from jax_impl.nn.modules.module import Module
 
 __all__ = [

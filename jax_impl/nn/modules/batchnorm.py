@@ -28,7 +28,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_impl.nn import _functional_norm as FN
-from jax_impl.nn.modules._utils import factory_dtype, full
+from jax_impl._constants import full
+from jax_impl.nn.modules._utils import factory_dtype
 from jax_impl.nn.modules.module import Module
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from flax import nnx
 
 from jax_impl.nn import functional as F
-from jax_impl.nn.modules._utils import factory_dtype, full
+from jax_impl._constants import full
+from jax_impl.nn.modules._utils import factory_dtype
 from jax_impl.nn.modules.module import Module
 
 __all__ = ["GroupNorm", "LayerNorm", "RMSNorm"]
