@@ -46,7 +46,7 @@ from jax_impl._barrier import barrier
 from jax_impl.kernels import rounded
 from jax_impl.random import _normal
 
-__all__ = ["HALVES_MAX_COUNT", "device_ready", "fill16", "halves_rows", "join_halves", "standard_halves"]
+__all__ = ["HALVES_MAX_COUNT", "fill16", "halves_rows", "join_halves", "standard_halves"]
 
 # Block counts: padded to a power of two from 16 (a compile per bucket), cut into runs of 2**16; from 1024
 # the halves are joined by XLA, below by the host (:func:`_transform`).
@@ -209,6 +209,12 @@ def _bucket(rows: int) -> int:
     return max(_MIN_BLOCKS, 1 << (rows - 1).bit_length())
 
 
+def _padded(blocks: np.ndarray, size: int) -> np.ndarray:
+    """``blocks`` with rows of uniforms 0.5 (harmless inputs) up to the bucket's ``size``."""
+    rows = blocks.shape[0]
+    return blocks if size == rows else np.concatenate([blocks, np.full((size - rows, 16), 0.5, np.float32)])
+
+
 def _due(bucket: int) -> bool:
     """Whether ``bucket`` takes the compiled route now (see ``_EAGER_BLOCKS``)."""
     spent = _SPENT.get(bucket)
@@ -239,7 +245,7 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray | None:
     results = []
     for run in runs:
         rows, size = run.shape[0], _bucket(run.shape[0])
-        padded = run if size == rows else np.concatenate([run, np.full((size - rows, 16), 0.5, np.float32)])
+        padded = _padded(run, size)
         result, normal = compiled(padded, rows, mean32, std32)
         result = result[:rows]
         if not normal:
@@ -271,7 +277,7 @@ def halves_rows(count: int) -> int:
     return _bucket(count // 16 + (1 if count % 16 else 0))
 
 
-def device_ready(rows: int) -> bool:
+def _device_ready(rows: int) -> bool:
     """Whether :func:`standard_halves` takes ``rows`` blocks: a size bucket already compiled and checked by
     :func:`fill16` (a size drawn before), below ``_APART_BLOCKS``, on a CPU-only JAX."""
     size = _bucket(rows)
@@ -285,7 +291,7 @@ _HALVES_CHECKED: set[int] = set()  # buckets whose first halves were NumPy's
 def standard_halves(blocks: np.ndarray, *, dispatch: bool = True) -> tuple[Any, Any]:
     """torch's float32 ``normal_(0, 1)`` transform of ``blocks`` (``(rows, 16)`` uniforms) as its cosine and
     sine halves, each ``(halves_rows, 8)``: ``jax.Array`` s whose computation is dispatched and not awaited
-    where :func:`device_ready` holds, else NumPy's (padded rows zero). ``dispatch=False`` (a host callback's
+    where :func:`_device_ready` holds, else NumPy's (padded rows zero). ``dispatch=False`` (a host callback's
     thread, which must not dispatch a computation): NumPy's.
 
     Mean 0 and standard deviation 1 leave no result a flushed denormal could touch (a nonzero
@@ -294,8 +300,8 @@ def standard_halves(blocks: np.ndarray, *, dispatch: bool = True) -> tuple[Any, 
     turns the compiled route off for the process.
     """
     rows, size = blocks.shape[0], _bucket(blocks.shape[0])
-    padded = blocks if size == rows else np.concatenate([blocks, np.full((size - rows, 16), 0.5, np.float32)])
-    if dispatch and device_ready(rows):
+    padded = _padded(blocks, size)
+    if dispatch and _device_ready(rows):
         (cosines, sines), _ = _kernels().halves(padded, rows)
         if size in _HALVES_CHECKED:
             return cosines, sines
