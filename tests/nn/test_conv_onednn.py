@@ -292,14 +292,17 @@ def test_channels_last_eval_conv_takes_the_nhwc_kernel_from_2_to_the_22_macs():
 
 
 # Batches with few output pixels per output channel, which oneDNN cuts by channels: ResNet-18's stage-3
-# and stage-4 convs at 224x224 (batch 4 and 1), a stride-2 one, and a conv whose channels do not cut into
-# runs of 16 per core (cut by samples).
+# and stage-4 convs at 224x224 (batch 4 and 1), a stride-2 one, and convs whose output channels do not cut
+# into runs of 16 per core (cut by samples, but for the input gradient, cut by input channels where they
+# cut: the last is the conv whose input gradient is the DCGAN generator's first layer).
 _FEW_PIXELS = [
     (4, 256, 256, (14, 14), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
     (4, 512, 512, (7, 7), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
     (4, 256, 512, (14, 14), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),
     (1, 128, 256, (28, 28), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1)),
     (2, 96, 200, (9, 9), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    (2, 40, 200, (9, 9), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    (32, 256, 100, (4, 4), (4, 4), (1, 1), ((0, 0), (0, 0)), (1, 1)),
 ]
 
 
@@ -308,16 +311,20 @@ def test_few_pixels_per_channel_are_cut_by_channels_and_match_torch(case):
     """Cut by channels, each core computes whole sums over the batch for its channels, as torch's one
     OpenMP team does: forward, input gradient and weight gradient are torch's bit for bit on ResNet's
     stage shapes (measured; the weight gradient cut by samples is not, its partial sums are added per
-    chunk). The conv whose channels do not cut into runs of 16 per core stays cut by samples (bound 1e-5,
-    the route's)."""
+    chunk). A conv whose output channels do not cut into runs of 16 per core stays cut by samples (bound
+    1e-5, the route's), but for its input gradient where its input channels cut: whole sums over the
+    output channels, torch's bit for bit too (measured on these shapes)."""
     from jax_impl import _onednn as library
 
     n, c_in, c_out, size, kernel, stride, pads, dilation = case
     conv = library.convolution((n, c_in, *size), (c_out, c_in, *kernel), stride, pads, dilation)
-    cuts = library.workers() > 1 and c_in % (16 * library.workers()) == 0 and c_out % (16 * library.workers()) == 0
+    block = 16 * library.workers()
+    inputs_cut = library.workers() > 1 and c_in % block == 0
+    cuts = inputs_cut and c_out % block == 0
     assert conv.split == ("channels" if cuts else "batch")
-    for a, b in zip(*_ours_and_torch(case)):
-        if cuts:
+    assert conv.input_split == ("channels" if inputs_cut else "batch")
+    for step, a, b in zip(("forward", "input_grad", "weight_grad"), *_ours_and_torch(case)):
+        if cuts or (step == "input_grad" and inputs_cut):
             np.testing.assert_array_equal(np.asarray(a), b)
         assert np.abs(np.asarray(a) - b).max() <= 1e-5 * np.abs(b).max()
 
