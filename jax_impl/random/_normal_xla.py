@@ -116,14 +116,19 @@ def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Arr
 
     The two halves of each block are two arrays: joined in one loop, each element would compute its pair's
     logarithm and sine-cosine again, in rows of eight (several times slower). ``apart``: joined here, after
-    jax_impl's barrier (a call that costs about as much as a small draw); else returned as they are, for
-    the host to join.
+    jax_impl's barrier (a call into Python, which waits for the GIL: as long as a small draw takes, or
+    longer where the caller's thread runs Python meanwhile, as a step's noise dispatched ahead does); else
+    returned as they are, for the host to join, and each reader of a half computes it again.
     """
     u1 = jnp.float32(1) - blocks[:, :8]
     u2 = blocks[:, 8:]
     radius = jnp.sqrt(jnp.float32(-2) * _log256_ps(u1, zero))
     s, c = _sincos256_ps(_normal.TWO_PI_F32 * u2, zero)
     halves = (rounded(radius * c, zero) * std + mean, rounded(radius * s, zero) * std + mean)
+    if apart:
+        # Computed once, then read by the join and by the flag's minima: without the barrier XLA fuses the
+        # transform into each of its three readers, and computes the sine-cosine three times.
+        halves = tuple(barrier(halves))
     padding = lax.broadcasted_iota(jnp.int32, halves[0].shape, 0) >= rows
 
     def smallest(half):  # of the magnitudes' bits: infinities and NaNs count as normal here
@@ -131,7 +136,7 @@ def _transform(blocks: jax.Array, rows: jax.Array, mean: jax.Array, std: jax.Arr
         return jnp.min(jnp.where(padding, jnp.int32(0x7F800000), magnitude))
 
     normal = jnp.minimum(*map(smallest, halves)) >= jnp.int32(0x00800000)
-    return (jnp.concatenate(barrier(halves), axis=1) if apart else halves), normal
+    return (jnp.concatenate(halves, axis=1) if apart else halves), normal
 
 
 @functools.cache
