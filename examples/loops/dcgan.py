@@ -330,7 +330,8 @@ def train_jax(folder: Any = None, *, steps: int = 50, dtype: str = "float64", se
 
 @functools.lru_cache(maxsize=8)
 def jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, Any]:
-    """The two Adams, the jitted step and the jitted sample of the networks ``graphG`` and ``graphD``.
+    """The two Adams, the jitted step (the batch's latents an argument) and the jitted sample of the networks
+    ``graphG`` and ``graphD``.
 
     Kept per networks' graphs and config, so that a second run in the same process (both dtypes, or a
     recording after a comparison) reuses the compiled step: compiling it takes most of a short run.
@@ -378,6 +379,28 @@ def jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, An
     return txD, txG, train_step, sample
 
 
+@functools.lru_cache(maxsize=8)
+def jax_drawing_step(graphG: Any, graphD: Any, c: Config, draw_dtype: str) -> Any:
+    """:func:`jax_programs`' step with the example's ``noise = torch.randn(b, nz, 1, 1)`` drawn inside it
+    (``jax_impl.random.staged.randn``, in ``draw_dtype``, cast to the batch's dtype).
+
+    ``jit_with_host_draws`` draws the latents on the host before each call, from torch's stream, where the
+    example draws them (the only draw of a step), and hands them to the compiled step: small float32
+    normals as their transform's two halves, which the step joins, with no wait on the host for the
+    transform (an eager ``jax_impl.random.randn`` before the call waits for it).
+    """
+    from jax_impl.random import staged
+    from jax_impl.random.host_draws import jit_with_host_draws
+
+    train_step = jax_programs(graphG, graphD, c)[2]
+
+    def drawing_step(pD, bD, optD, pG, bG, optG, real):
+        noise = staged.randn(real.shape[0], c.nz, 1, 1, dtype=draw_dtype).astype(real.dtype)
+        return train_step(pD, bD, optD, pG, bG, optG, real, noise)
+
+    return jit_with_host_draws(drawing_step, key_argnums=(6,))
+
+
 def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_dtype: str) -> list[dict[str, Any]]:
     import jax
     import jax.numpy as jnp
@@ -402,7 +425,8 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
     graphG, pG, bG = split(JaxGenerator)
     graphD, pD, bD = split(JaxDiscriminator)
     fixed_noise = jnp.asarray(jr.randn(c.batch_size, c.nz, 1, 1, dtype=ddt), cdt)
-    txD, txG, train_step, sample = jax_programs(graphG, graphD, c)
+    txD, txG, _, sample = jax_programs(graphG, graphD, c)
+    train_step = jax_drawing_step(graphG, graphD, c, draw_dtype)
     optD, optG = txD.init(pD), txG.init(pG)
 
     def state(params: Any, buffers: Any) -> dict[str, np.ndarray]:
@@ -420,10 +444,9 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
     keep_steps = _sample_steps(len(dataloader), steps, c.sample_every)
     with recorder(folder, "jax", meta, keep_every=c.keep_every, keep_steps=keep_steps) as rec:
         for step, i, _, (real,) in epochs(dataloader, steps):
-            # NumPy in, cast on the host: a jitted call takes arrays as they are, where each jnp.asarray would
-            # be an eager computation of its own, at every step.
-            noise = jr.randn(real.shape[0], c.nz, 1, 1, dtype=ddt).astype(cdt)
-            carry, scalars = train_step(*carry, real, noise)
+            # The batch as NumPy: a jitted call takes arrays as they are, where jnp.asarray would be an eager
+            # computation of its own, at every step. The step draws its latents itself (jax_drawing_step).
+            carry, scalars = train_step(*carry, real)
             values: dict[str, Any] = {k: float(v) for k, v in scalars.items()}
             if i % c.sample_every == 0:
                 pD, bD, optD, pG, bG, optG = carry
