@@ -45,18 +45,20 @@ def benchmark_env(hugetlb: bool = True) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Benchmark:
-    """One script of ``benchmarks/``, its JSON name and the arguments for a quick run."""
+    """One script of ``benchmarks/``, its JSON name, the arguments for a quick run and those a full run adds
+    (the report's every column)."""
 
     name: str
     script: str
     quick_args: tuple[str, ...]
     about: str
+    full_args: tuple[str, ...] = ()
 
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("train_step", "train_step.py", ("--repeats", "3", "--only", "lenet_b256,gpt_d128_t64", "--no-memory"),
               "train step and inference: LeNet, ResNet-18, the MNIST example, GPT LMs, ViT-Ti, an LSTM LM, DCGAN; "
-              "peak memory, FLOP rates"),
+              "torch.compile beside torch eager (full runs), peak memory, FLOP rates", ("--compile",)),
     Benchmark("conv_speed", "conv_speed.py", ("--repeats", "3", "--only", "lenet_c1,r18_64_3x3_64", "--no-step"),
               "conv2d forward and forward+backward for LeNet and ResNet-18 layer shapes"),
     Benchmark("optim_update", "optim_update.py", ("--repeats", "5", "--only", "sgd,adam"),
@@ -103,8 +105,8 @@ def run_benchmarks(names: Sequence[str], *, quick: bool = False, results_dir: Pa
     for name in names:
         bench = BENCHMARKS[name]
         out = results_dir / f"{name}.json"
-        cmd = [sys.executable, str(folder / bench.script), "--json", str(out), *(bench.quick_args if quick else ()),
-               *extra]
+        cmd = [sys.executable, str(folder / bench.script), "--json", str(out),
+               *(bench.quick_args if quick else bench.full_args), *extra]
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=ROOT, check=False, env=benchmark_env(hugetlb))

@@ -107,6 +107,26 @@ def test_run_benchmarks_rejects_unknown():
         bench.run_benchmarks(["nope"])
 
 
+def test_a_full_train_step_run_times_torch_compile_and_a_quick_one_does_not(tmp_path, monkeypatch):
+    """The report's torch.compile columns come from ``parity bench`` itself: a full train_step run passes
+    ``--compile``; a quick run (a smoke test) passes its own short arguments instead."""
+    import subprocess
+
+    commands = []
+
+    def fake_run(cmd, **kwargs):
+        commands.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(bench, "keep_cpu_run", lambda path: None)
+    for quick in (False, True):
+        bench.run_benchmarks(["train_step"], quick=quick, results_dir=tmp_path)
+    full, quick = commands
+    assert "--compile" in full and "--repeats" not in full
+    assert "--compile" not in quick and "--repeats" in quick
+
+
 def test_scripts_exist_and_document_themselves():
     folder = bench.benchmarks_dir()
     for b in bench.BENCHMARKS.values():
