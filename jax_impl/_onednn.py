@@ -586,7 +586,7 @@ def splits_input_channels(batch_pixels: int, c_in: int, c_out: int) -> bool:
 
     A transposed conv's forward is this gradient: the DCGAN generator's first layer (100 latent
     channels to 256 at 4x4, batch 32) cut by samples has each core reorder the whole 1.6 MB weight,
-    twice the time of the sums themselves.
+    longer than the sums themselves.
     """
     parts = workers()
     return parts > 1 and batch_pixels <= _FEW_PIXELS_PER_CHANNEL * c_out and c_in % (_CHANNEL_BLOCK * parts) == 0
