@@ -582,7 +582,7 @@ def splits_channels(batch_pixels: int, c_in: int, c_out: int) -> bool:
 
 def splits_input_channels(batch_pixels: int, c_in: int, c_out: int) -> bool:
     """Whether :class:`Convolution` cuts the input gradient by input channels: :func:`splits_channels`'
-    conditions less the one on the output channels, which the input gradient sums over whole.
+    conditions less the divisibility of the output channels, which the input gradient sums over whole.
 
     A transposed conv's forward is this gradient: the DCGAN generator's first layer (100 latent
     channels to 256 at 4x4, batch 32) cut by samples has each core reorder the whole 1.6 MB weight,

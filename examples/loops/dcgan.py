@@ -56,7 +56,8 @@ import numpy as np
 import jax_impl.nn as jnn
 from examples.loops.recording import epochs, kept, record, recorder
 
-__all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "jax_programs", "main", "torch_networks", "train_jax", "train_torch"]
+__all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "jax_drawing_step", "jax_programs", "main", "torch_networks",
+           "train_jax", "train_torch"]
 
 REAL_LABEL = 1
 FAKE_LABEL = 0
