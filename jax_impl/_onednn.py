@@ -34,8 +34,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Convolution", "LSTMLayer", "Matmul", "available", "convolution", "library", "lstm_layer", "matmul",
-           "workers"]
+from jax_impl import _onednn_program
+
+__all__ = ["Convolution", "LSTMLayer", "Matmul", "available", "call_lock_address", "convolution", "library",
+           "lstm_layer", "matmul", "pinned", "workers"]
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(_P)
@@ -247,18 +249,32 @@ class _Primitive:
         md = lib.dnnl_primitive_desc_query_md(pd, _QUERY_SCRATCHPAD, 0)
         self.scratchpad = _memory(md) if md and lib.dnnl_memory_desc_get_size(md) > 0 else None
 
-    def bound(self, args: Sequence[tuple[int, _P]]) -> Callable[[], None]:
+    def bound(self, args: Sequence[tuple[int, _P]]) -> _Bound:
         """Its execution on these memory objects, the argument list packed once: a call then changes
         only their data handles (:meth:`_Operand.bind`), and a step's Python work stays small."""
         if self.scratchpad is not None:
             args = [*args, (_ARG_SCRATCHPAD, self.scratchpad)]
-        packed = (_ExecArg * len(args))(*[_ExecArg(k, v) for k, v in args])
-        execute, handle, stream, count = library().dnnl_primitive_execute, self.handle, _engine()[1], len(args)
+        return _Bound(self, (_ExecArg * len(args))(*[_ExecArg(k, v) for k, v in args]))
 
-        def run() -> None:
-            _check(execute(handle, stream, count, packed), "execution")
 
-        return run
+class _Bound:
+    """A primitive's execution on fixed memory objects: ``dnnl_primitive_execute`` with a packed argument
+    list. :meth:`instruction` is the same call for a native program (:mod:`jax_impl._onednn_program`)."""
+
+    __slots__ = ("_primitive", "_packed", "_call")
+
+    def __init__(self, primitive: _Primitive, packed) -> None:
+        self._primitive, self._packed = primitive, packed
+        self._call = (library().dnnl_primitive_execute, primitive.handle, _engine()[1], len(packed), packed)
+
+    def __call__(self) -> None:
+        execute, *args = self._call
+        _check(execute(*args), "execution")
+
+    def instruction(self) -> list[int]:
+        """``[EXECUTE, primitive, stream, count, arguments]`` (the addresses of oneDNN's objects)."""
+        return [_onednn_program.EXECUTE, self._primitive.handle.value, _engine()[1].value, len(self._packed),
+                ctypes.addressof(self._packed)]
 
 
 class _Operand:
@@ -298,6 +314,15 @@ class _Operand:
     def finish(self) -> None:
         if self._reorder_out is not None:
             self._reorder_out()
+
+    def bind_instructions(self, buffer: int, offset: int) -> list[int]:
+        """:meth:`bind` as a native program's instructions, the address the call's buffer ``buffer`` plus
+        ``offset`` bytes (or ``offset`` itself, for ``buffer`` :data:`jax_impl._onednn_program.ABSOLUTE`)."""
+        words = [_onednn_program.SET, self.user.value, buffer, offset]
+        return words + (self._reorder_in.instruction() if self._reorder_in is not None else [])
+
+    def finish_instructions(self) -> list[int]:
+        return self._reorder_out.instruction() if self._reorder_out is not None else []
 
 
 def _bind_steps(steps: dict) -> dict:
@@ -379,6 +404,12 @@ class _Kernels:
         op_out.finish()
         _quick().dnnl_stream_wait(_engine()[1])
 
+    def instructions(self, step: str, a: tuple[int, int], b: tuple[int, int], out: tuple[int, int]) -> list[int]:
+        """:meth:`run` as a native program's stream, each operand a ``(buffer, byte offset)`` of the call."""
+        bound, (op_a, op_b, op_out) = self._steps[step]
+        return [*op_a.bind_instructions(*a), *op_b.bind_instructions(*b), *op_out.bind_instructions(*out),
+                *bound.instruction(), *op_out.finish_instructions(), _onednn_program.WAIT, _engine()[1].value]
+
 
 def workers() -> int:
     """Threads a oneDNN call runs on: the cores this process may use."""
@@ -395,13 +426,14 @@ def _single_threaded() -> None:
     library().omp_set_num_threads(1)
 
 
-def _pinned() -> bool:
+def pinned() -> bool:
+    """Whether each oneDNN lane is kept on its core (``JAX_IMPL_ONEDNN_PIN`` is not ``0``)."""
     return os.environ.get("JAX_IMPL_ONEDNN_PIN", "1") != "0"
 
 
 def _start_lane(cpu: int) -> None:
     _single_threaded()
-    if _pinned():
+    if pinned():
         # One lane per core, each kept on its core: a conv's parts then start at once (a woken thread is
         # not queued on its waker's core), and part i of every conv meets on one core the data that part i
         # of the op before it left in that core's cache.
@@ -524,9 +556,41 @@ def _run_here(fn: Callable, *args) -> None:
         lib.omp_set_num_threads(before)
 
 
+class _ProcessLock:
+    """A lock that compiled code can take too: a POSIX semaphore (``sem_t``) in memory this object owns.
+
+    Taken from Python, the GIL is let go while waiting (a ctypes call); :mod:`jax_impl._onednn_native`'s
+    handler takes it at :attr:`address` without the GIL.
+    """
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._memory = np.zeros(8, np.int64)  # a sem_t is 32 bytes on x86-64 Linux
+        self.address = self._memory.ctypes.data
+        self._wait, self._post = libc.sem_wait, libc.sem_post
+        for fn in (libc.sem_init, self._wait, self._post):
+            fn.restype = ctypes.c_int
+        libc.sem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
+        self._wait.argtypes = self._post.argtypes = [ctypes.c_void_p]
+        if libc.sem_init(self.address, 0, 1) != 0:
+            raise OSError(ctypes.get_errno(), "sem_init failed")
+
+    def __enter__(self) -> None:
+        while self._wait(self.address) != 0:  # EINTR: a signal arrived while waiting
+            pass
+
+    def __exit__(self, *exc) -> None:
+        self._post(self.address)
+
+
 # Every oneDNN call of the process: XLA may run two custom calls at once on its two threads, and each
 # call already uses every core (one part per lane).
-_CALLS = threading.Lock()
+_CALLS = _ProcessLock()
+
+
+def call_lock_address() -> int:
+    """The address of the ``sem_t`` every oneDNN call of this process holds while it runs."""
+    return _CALLS.address
 
 
 def _run_parts(calls, then: Callable[[], None] | None = None) -> None:
@@ -683,6 +747,21 @@ class Convolution:
 
     def _run(self, step: str, a: int, b: int, out: int) -> None:
         self._parallel([(k.run, step, a + da, b + db, out + do) for k, da, db, do in self._plans[step]])
+
+    def program(self, step: str) -> _onednn_program.Program:
+        """The native program of ``step`` (``forward``, ``input_grad``, ``weight_grad``) for a call whose
+        operands are buffers 0 and 1 and whose result is buffer 2, as :meth:`forward` and the others run it."""
+        prog = _onednn_program
+        plans = self._plans[step]
+        if step == "weight_grad" and self._partials:
+            parts = [k.instructions(step, (0, da), (1, db), (prog.ABSOLUTE, p.ctypes.data))
+                     for (k, da, db, _), p in zip(plans, self._partials)]
+            count = math.prod(self.w_shape)
+            after = [prog.COPY, 2, 0, self._partials[0].ctypes.data, count]
+            for p in self._partials[1:]:
+                after += [prog.ADD, 2, 0, p.ctypes.data, count]
+            return prog.Program(parts, after, keep=self)
+        return prog.Program([k.instructions(step, (0, da), (1, db), (2, do)) for k, da, db, do in plans], keep=self)
 
     def forward(self, x: int, w: int, y: int) -> None:
         """``y = conv(x, w)``."""

@@ -28,7 +28,8 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Buffer", "register_cpu_handler", "register_cpu_no_op"]
+__all__ = ["ATTR_ARRAY", "ATTR_SCALAR", "HANDLER", "Buffer", "decode", "error", "frame_layout", "itemsizes",
+           "register_cpu_handler", "register_cpu_no_op", "register_cpu_target"]
 
 _P = ctypes.c_void_p
 
@@ -37,7 +38,7 @@ _P = ctypes.c_void_p
 _API_MAJOR, _API_MINOR = 0, 1
 _EXTENSION_METADATA = 1
 _STAGE_EXECUTE = 3
-_ATTR_ARRAY, _ATTR_SCALAR = 1, 3
+ATTR_ARRAY, ATTR_SCALAR = 1, 3  # XLA_FFI_AttrType
 _ERROR_INTERNAL = 13
 
 # XLA_FFI_DataType -> numpy dtype (the types a CPU kernel here handles), made once: a handler decodes every call.
@@ -133,11 +134,11 @@ def _attributes(attrs: _Attrs) -> dict[str, object]:
         span = attrs.names[i].contents
         name = ctypes.string_at(span.ptr, span.len).decode()
         kind = attrs.types[i]
-        if kind == _ATTR_ARRAY:
+        if kind == ATTR_ARRAY:
             a = _Array.from_address(attrs.values[i])
             dtype = _DTYPES[a.dtype]
             out[name] = np.frombuffer(ctypes.string_at(a.data, a.size * dtype.itemsize), dtype).copy()
-        elif kind == _ATTR_SCALAR:
+        elif kind == ATTR_SCALAR:
             s = _Scalar.from_address(attrs.values[i])
             dtype = _DTYPES[s.dtype]
             out[name] = np.frombuffer(ctypes.string_at(s.value, dtype.itemsize), dtype)[0].item()
@@ -153,8 +154,45 @@ def _error(api_address: int, message: str) -> int | None:
     return api.error_create(ctypes.byref(args))
 
 
-_HANDLER = ctypes.CFUNCTYPE(_P, _P)
+HANDLER = ctypes.CFUNCTYPE(_P, _P)  # XLA_FFI_Error* (*)(XLA_FFI_CallFrame*)
 _KEEP_ALIVE: dict[str, object] = {}  # the ctypes function pointers XLA holds
+
+
+def decode(frame_address: int) -> tuple[list[Buffer], list[Buffer], dict[str, object]] | None:
+    """A call frame's operands, results and attributes; ``None`` for a frame with nothing to run (XLA's
+    registration-time metadata query, answered here, or a stage other than execution)."""
+    frame = _CallFrame.from_address(frame_address)
+    if _answered_metadata(frame) or frame.stage != _STAGE_EXECUTE:
+        return None
+    return _buffers(frame.args), _buffers(frame.rets), _attributes(frame.attrs)
+
+
+def error(frame_address: int, message: str) -> int | None:
+    """An ``XLA_FFI_Error*`` for the call at ``frame_address``, which XLA raises in the caller as an
+    XlaRuntimeError with ``message``."""
+    return _error(_CallFrame.from_address(frame_address).api, message)
+
+
+def frame_layout() -> dict[str, int]:
+    """Byte offsets in XLA's call frame and buffer structs, for code that reads them without ctypes
+    (:mod:`jax_impl._onednn_compiled`): the frame's ``extension_start``, ``stage``, ``args``, ``rets`` and
+    ``attrs``; in an operand list ``size`` and ``values``; in the attributes ``attr_types`` and
+    ``attr_values``; in a buffer ``buffer_dtype``, ``buffer_data``, ``buffer_rank`` and ``buffer_dims``;
+    and ``execute``, the execution stage's number."""
+    return {"extension_start": _CallFrame.extension_start.offset, "stage": _CallFrame.stage.offset,
+            "args": _CallFrame.args.offset, "rets": _CallFrame.rets.offset, "attrs": _CallFrame.attrs.offset,
+            "size": _Operands.size.offset, "values": _Operands.values.offset, "attr_types": _Attrs.types.offset,
+            "attr_values": _Attrs.values.offset, "buffer_dtype": _Buffer.dtype.offset,
+            "buffer_data": _Buffer.data.offset, "buffer_rank": _Buffer.rank.offset,
+            "buffer_dims": _Buffer.dims.offset, "execute": _STAGE_EXECUTE}
+
+
+def itemsizes() -> tuple[int, ...]:
+    """Bytes per element of each ``XLA_FFI_DataType`` up to BF16 (0 where unknown), indexed by its code."""
+    sizes = [0] * 17
+    for code, size in {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 16: 2}.items():
+        sizes[code] = size
+    return tuple(sizes)
 
 
 def register_cpu_handler(name: str, kernel: Callable[[list[Buffer], list[Buffer], dict[str, object]], None]) -> None:
@@ -166,16 +204,33 @@ def register_cpu_handler(name: str, kernel: Callable[[list[Buffer], list[Buffer]
     Registering a name twice keeps the first handler.
     """
     def handle(frame_address: int) -> int | None:
-        frame = _CallFrame.from_address(frame_address)
         try:
-            if _answered_metadata(frame) or frame.stage != _STAGE_EXECUTE:
-                return None
-            kernel(_buffers(frame.args), _buffers(frame.rets), _attributes(frame.attrs))
+            call = decode(frame_address)
+            if call is not None:
+                kernel(*call)
             return None
         except Exception as exc:  # noqa: BLE001 - every error goes back to XLA, which raises it in the caller
-            return _error(frame.api, f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            return error(frame_address, f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
-    _register(name, handle)
+    if name not in _KEEP_ALIVE:
+        handler = HANDLER(handle)
+        register_cpu_target(name, ctypes.cast(handler, _P).value, keep=handler)
+
+
+def register_cpu_target(name: str, address: int, keep: object) -> None:
+    """Register the C function at ``address`` (an FFI handler, ``XLA_FFI_Error* (*)(XLA_FFI_CallFrame*)``)
+    as the CPU target ``name``, ``keep`` (what owns that function) held for the process's life. It answers
+    XLA's metadata query itself (:func:`decode` does, for a handler that calls it). Registering a name
+    twice keeps the first handler."""
+    if name in _KEEP_ALIVE:
+        return
+    import jax
+
+    if not _KEEP_ALIVE:
+        _wait_at_exit()
+    _KEEP_ALIVE[name] = keep
+    function = ctypes.cast(ctypes.c_void_p(address), HANDLER)
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(function), platform="cpu")
 
 
 def register_cpu_no_op(name: str) -> None:
@@ -186,7 +241,9 @@ def register_cpu_no_op(name: str) -> None:
     def handle(frame_address: int) -> None:
         _answered_metadata(_CallFrame.from_address(frame_address))
 
-    _register(name, handle)
+    if name not in _KEEP_ALIVE:
+        handler = HANDLER(handle)
+        register_cpu_target(name, ctypes.cast(handler, _P).value, keep=handler)
 
 
 def _answered_metadata(frame: _CallFrame) -> bool:
@@ -201,19 +258,6 @@ def _answered_metadata(frame: _CallFrame) -> bool:
     metadata.api_version.major, metadata.api_version.minor = _API_MAJOR, _API_MINOR
     metadata.traits = 0
     return True
-
-
-def _register(name: str, handle: Callable[[int], int | None]) -> None:
-    """Register ``handle(frame_address)`` as the CPU target ``name`` (once: a second registration is ignored)."""
-    if name in _KEEP_ALIVE:
-        return
-    import jax
-
-    if not _KEEP_ALIVE:
-        _wait_at_exit()
-    handler = _HANDLER(handle)
-    _KEEP_ALIVE[name] = handler
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
 
 
 def _finish_computations() -> None:

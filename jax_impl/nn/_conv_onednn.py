@@ -27,7 +27,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jax_impl import _onednn, _xla_ffi
+from jax_impl import _onednn, _onednn_native
 from jax_impl.nn import _conv_xla
 from jax_impl.nn._materialize import results_in_memory
 
@@ -47,24 +47,33 @@ def _geometry_of(values) -> tuple:
     return (v[0], v[1]), ((v[2], v[3]), (v[4], v[5])), (v[6], v[7])
 
 
+def _convolution(kind: str, operands, results, attributes) -> tuple[_onednn.Convolution, str]:
+    """The call's :class:`jax_impl._onednn.Convolution` and its step."""
+    (a, b), (out,) = operands, results
+    stride, pads, dilation = _geometry_of(attributes["geometry"])
+    if kind == "forward":
+        return _onednn.convolution(a.shape, b.shape, stride, pads, dilation), "forward"
+    if kind == "forward_nhwc":
+        n, h, w, c = a.shape
+        return _onednn.convolution((n, c, h, w), b.shape, stride, pads, dilation, channels_last=True), "forward"
+    if kind == "input_grad":
+        return _onednn.convolution(out.shape, b.shape, stride, pads, dilation), "input_grad"
+    return _onednn.convolution(a.shape, out.shape, stride, pads, dilation), "weight_grad"
+
+
 def _kernel(kind: str):
     def run(operands, results, attributes) -> None:
+        conv, step = _convolution(kind, operands, results, attributes)
         (a, b), (out,) = operands, results
-        stride, pads, dilation = _geometry_of(attributes["geometry"])
-        if kind == "forward":
-            conv = _onednn.convolution(a.shape, b.shape, stride, pads, dilation)
-            conv.forward(a.data, b.data, out.data)
-        elif kind == "forward_nhwc":
-            n, h, w, c = a.shape
-            conv = _onednn.convolution((n, c, h, w), b.shape, stride, pads, dilation, channels_last=True)
-            conv.forward(a.data, b.data, out.data)
-        elif kind == "input_grad":
-            conv = _onednn.convolution(out.shape, b.shape, stride, pads, dilation)
-            conv.input_grad(a.data, b.data, out.data)
-        else:
-            conv = _onednn.convolution(a.shape, out.shape, stride, pads, dilation)
-            conv.weight_grad(a.data, b.data, out.data)
+        getattr(conv, step)(a.data, b.data, out.data)
     return run
+
+
+def _program(kind: str):
+    def program(operands, results, attributes):
+        conv, step = _convolution(kind, operands, results, attributes)
+        return conv.program(step)
+    return program
 
 
 @functools.cache
@@ -73,7 +82,7 @@ def registered() -> bool:
     if not _onednn.available():
         return False
     for kind, target in _TARGETS.items():
-        _xla_ffi.register_cpu_handler(target, _kernel(kind))
+        _onednn_native.register_cpu_handler(target, _kernel(kind), _program(kind))
     return True
 
 

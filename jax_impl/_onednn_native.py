@@ -1,0 +1,201 @@
+"""oneDNN's custom calls run without Python: an XLA FFI handler and lanes compiled by numba.
+
+A handler written in Python (:mod:`jax_impl._xla_ffi`) takes the GIL at
+every custom call, decodes the call frame, and hands the other cores' parts
+of the call to Python threads, each of which takes the GIL in turn before
+its oneDNN call. On a conv net's step (50 calls at ResNet-18's) that is
+10-20% of the step, most of it waiting for the GIL while another thread
+holds it. Here the same work is a *program*, made once per call geometry
+by the Python path, and run by machine code that never takes the GIL:
+
+- the handler (a numba ``cfunc``) reads the operands' and results'
+  addresses from XLA's call frame, finds the call's program by a hash of
+  its dims, attributes and target, and runs its parts: the part of the
+  core it is on itself, the others on this module's lanes;
+- a lane is a POSIX thread (``pthread_create`` on a numba ``cfunc``) kept
+  on one core, woken by a semaphore, that runs its part (oneDNN's
+  ``dnnl_memory_set_data_handle``, ``dnnl_primitive_execute``, the
+  reorders) and posts another;
+- a program is a flat ``int64`` array of those calls, their oneDNN
+  objects' addresses, and which of the call's buffers (plus a byte offset)
+  each data handle points at; the parts' partial sums are added in part
+  order after all parts are done (:class:`Program`).
+
+A call whose program is not known yet (its first), a call in a forked
+child, and XLA's registration-time metadata query go to the Python
+handler, which runs the call the Python way and then registers its program
+(``program(operands, results, attributes)``). A failed oneDNN call returns
+XLA an error made by Python with oneDNN's status.
+
+numba compiles the handler and the lanes once per process (about 1 s, on
+the first oneDNN call), because the addresses of this process's state are
+constants in them. ``JAX_IMPL_ONEDNN_NATIVE=0``, or numba not installed,
+keeps every call on the Python path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import traceback
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from jax_impl import _onednn, _onednn_compiled, _xla_ffi
+from jax_impl._onednn_compiled import c_function
+
+__all__ = ["available", "register_cpu_handler"]
+
+_CAPACITY = 4096  # table slots (a power of 2: a key's low bits index it); at most half are used
+_MAX_BUFFERS = 16  # operands and results of one call
+# Trywaits before a waiting thread sleeps on its semaphore: about 20 us, the price of a futex wake-up on
+# a virtual machine, so a lane woken again within that time (a step's next call) is still awake.
+_SPINS = 2000
+
+
+def available() -> bool:
+    """Whether oneDNN's custom calls run natively here: oneDNN, numba, not ``JAX_IMPL_ONEDNN_NATIVE=0``."""
+    if os.environ.get("JAX_IMPL_ONEDNN_NATIVE", "1") == "0" or not _onednn.available():
+        return False
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_I64 = ctypes.c_int64
+# The handler's ways back into Python: (frame address, key) for a call without a program, (frame address,
+# dnnl status) for a failed one; each returns an XLA_FFI_Error* or 0.
+_CALLBACK = ctypes.CFUNCTYPE(_I64, _I64, _I64)
+
+
+class _State:
+    """This process's memory shared with the compiled code, its lanes and its compiled functions.
+
+    ``words``, one int64 array: each lane's block (its two semaphores, go and done; the address of the
+    stream it runs; that stream's status; its CPU mask's address), the running call's buffer addresses,
+    and the open-addressed table of programs (key, program address). The lock every oneDNN call holds is
+    :func:`jax_impl._onednn.call_lock_address`'s.
+    """
+
+    lane_words = 12  # go (4 words), done (4), stream (8), status (9), CPU mask (10)
+    capacity, max_buffers, spins = _CAPACITY, _MAX_BUFFERS, _SPINS
+
+    def __init__(self) -> None:
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cpus = list(range(_onednn.workers()))
+        self.pid, self.cpus, self.lock = os.getpid(), cpus, _onednn.call_lock_address()
+        self.lanes = len(cpus) if len(cpus) > 1 else 0  # one core: the caller runs the only part
+        self.lanes_at = 0
+        self.buffers_at = self.lanes * self.lane_words
+        self.table_at = self.buffers_at + _MAX_BUFFERS
+        self.words = np.zeros(self.table_at + 2 * _CAPACITY, np.int64)
+        self.base = self.words.ctypes.data
+        self.programs: dict[int, object] = {}
+        self._masks = [np.zeros(16, np.uint64) for _ in range(self.lanes)]  # cpu_set_t, 1024 CPUs
+        libc = ctypes.CDLL(None, use_errno=True)
+        sem_init = c_function(libc, "sem_init", ctypes.c_int, _I64, ctypes.c_int, ctypes.c_uint)
+        for i, (cpu, mask) in enumerate(zip(cpus, self._masks)):
+            lane = self.lane(i)
+            if sem_init(lane, 0, 0) != 0 or sem_init(lane + 32, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "sem_init failed for a oneDNN lane")
+            mask[cpu // 64] = np.uint64(1) << np.uint64(cpu % 64)
+            self.words[self.lanes_at + i * self.lane_words + 10] = mask.ctypes.data if _onednn.pinned() else 0
+        self.compiled = _onednn_compiled.compile_for(self)
+        self._threads = []
+        for i in range(self.lanes):
+            thread = ctypes.c_uint64()
+            status = libc.pthread_create(ctypes.byref(thread), None, ctypes.c_void_p(self.compiled["lane"].address),
+                                         ctypes.c_void_p(i))
+            if status != 0:
+                raise OSError(status, "pthread_create failed for a oneDNN lane")
+            self._threads.append(thread)
+
+    def lane(self, i: int) -> int:
+        """The address of lane ``i``'s block."""
+        return self.base + 8 * (self.lanes_at + i * self.lane_words)
+
+    def add(self, key: int, program) -> None:
+        """Put ``program`` (an :class:`jax_impl._onednn_program.Program`) in the table under ``key``, unless
+        the table is half full (later calls of that geometry stay on the Python path)."""
+        if key in self.programs or len(self.programs) >= _CAPACITY // 2:
+            return
+        slot = key & (_CAPACITY - 1)
+        while self.words[self.table_at + 2 * slot + 1] != 0:
+            slot = (slot + 1) & (_CAPACITY - 1)
+        self.programs[key] = program
+        # The key first, then the address the handler tests (x86-64 keeps stores in order, and the
+        # handler loads with acquire): a handler sees no entry or a whole one.
+        self.words[self.table_at + 2 * slot] = key
+        self.words[self.table_at + 2 * slot + 1] = program.array.ctypes.data
+
+
+_STATE: list = [None]
+_STATE_LOCK = threading.Lock()
+
+
+def _state() -> _State | None:
+    """This process's state, made (the code compiled, the lanes started) on first use; ``None`` in a
+    forked child of the process that made it, whose lanes did not survive the fork."""
+    if _STATE[0] is None:
+        with _STATE_LOCK:
+            if _STATE[0] is None:
+                _STATE[0] = _State()
+    state = _STATE[0]
+    return state if state.pid == os.getpid() else None
+
+
+def register_cpu_handler(name: str, kernel: Callable, program: Callable) -> None:
+    """Register the CPU custom-call target ``name``: natively where :func:`available`, else ``kernel`` on the
+    Python path (:func:`jax_impl._xla_ffi.register_cpu_handler`).
+
+    ``kernel(operands, results, attributes)`` runs a call the Python way; ``program(operands, results,
+    attributes)`` returns the :class:`Program` that does the same for every later call of the geometry
+    (``None``: it stays on the Python path).
+    """
+    state = _state() if available() else None
+    if state is None:
+        _xla_ffi.register_cpu_handler(name, kernel)
+        return
+
+    def first_call(frame: int, key: int) -> int:
+        try:
+            call = _xla_ffi.decode(frame)
+            if call is not None:
+                kernel(*call)
+                here = _state()
+                made = program(*call) if key != 0 and here is not None else None
+                if made is not None:
+                    here.add(key, made)
+            return 0
+        except Exception as exc:  # noqa: BLE001 - every error goes back to XLA, which raises it in the caller
+            return _xla_ffi.error(frame, f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}") or 0
+
+    def failed(frame: int, status: int) -> int:
+        return _xla_ffi.error(frame, f"{name}: oneDNN execution failed (dnnl_status_t {status})") or 0
+
+    fallback, failure = _CALLBACK(first_call), _CALLBACK(failed)
+    handler = _compiled_handler(state, zlib.crc32(name.encode()), fallback, failure)
+    _xla_ffi.register_cpu_target(name, handler.address, keep=(handler, fallback, failure))
+
+
+def _compiled_handler(state: _State, target: int, fallback, failure):
+    """A numba ``cfunc`` handler for one target: the shared core with the target's number (part of every
+    call's key) and its two Python callbacks as constants."""
+    from numba import cfunc, types
+
+    core = state.compiled["handle"]
+    fallback_address = ctypes.cast(fallback, ctypes.c_void_p).value
+    failure_address = ctypes.cast(failure, ctypes.c_void_p).value
+
+    @cfunc(types.int64(types.int64), nopython=True)
+    def handler(frame):
+        return core(frame, target, fallback_address, failure_address)
+
+    return handler
