@@ -813,6 +813,14 @@ class _MatmulKernel:
         self._memories = [_memory(d, _P(0)) for d in descs]
         self._execute = _Primitive(self.pd).bound(list(zip(args, self._memories)))
 
+    def instructions(self, places: Sequence[tuple[int, int]]) -> list[int]:
+        """:meth:`run` as a native program's stream, ``places`` the ``(buffer, byte offset)`` of A, B, C
+        (and the bias)."""
+        words = []
+        for memory, (buffer, offset) in zip(self._memories, places, strict=True):
+            words += [_onednn_program.SET, memory.value, buffer, offset]
+        return [*words, *self._execute.instruction(), _onednn_program.WAIT, _engine()[1].value]
+
     def run(self, a: int, b: int, c: int, bias: int | None = None) -> None:
         quick = _quick()
         addresses = (a, b, c) if bias is None else (a, b, c, bias)
@@ -857,6 +865,14 @@ class Matmul:
         s = ctypes.c_char_p()
         library().dnnl_primitive_desc_query(self._plan[0][0].pd, _QUERY_IMPL_INFO_STR, 0, ctypes.byref(s))
         return s.value.decode()
+
+    def program(self) -> _onednn_program.Program:
+        """The native program of a call whose operands are A, B (and the bias), buffers 0, 1 (and 2), and
+        whose result C is the next buffer, as :meth:`__call__` runs it."""
+        c = 3 if self._bias else 2
+        return _onednn_program.Program(
+            [kernel.instructions([(0, da), (1, db), (c, dc), *([(2, dbias)] if self._bias else [])])
+             for kernel, da, db, dc, dbias in self._plan], keep=self)
 
     def __call__(self, a: int, b: int, c: int, bias: int | None = None) -> None:
         """Write ``op(A) @ op(B)`` (plus the ``n`` values at ``bias`` on every row, for a :class:`Matmul`

@@ -47,7 +47,7 @@ import numpy as np
 from jax_impl import _onednn, _onednn_compiled, _xla_ffi
 from jax_impl._onednn_compiled import c_function
 
-__all__ = ["available", "register_cpu_handler"]
+__all__ = ["available", "python_calls", "register_cpu_handler"]
 
 _CAPACITY = 4096  # table slots (a power of 2: a key's low bits index it); at most half are used
 _MAX_BUFFERS = 16  # operands and results of one call
@@ -151,6 +151,15 @@ def _state() -> _State | None:
     return state if state.pid == os.getpid() else None
 
 
+_PYTHON_CALLS = [0]
+
+
+def python_calls() -> int:
+    """How many calls of natively registered targets this process ran on the Python path (a geometry's
+    first call, XLA's metadata queries, calls in a forked child)."""
+    return _PYTHON_CALLS[0]
+
+
 def register_cpu_handler(name: str, kernel: Callable, program: Callable) -> None:
     """Register the CPU custom-call target ``name``: natively where :func:`available`, else ``kernel`` on the
     Python path (:func:`jax_impl._xla_ffi.register_cpu_handler`).
@@ -165,6 +174,7 @@ def register_cpu_handler(name: str, kernel: Callable, program: Callable) -> None
         return
 
     def first_call(frame: int, key: int) -> int:
+        _PYTHON_CALLS[0] += 1
         try:
             call = _xla_ffi.decode(frame)
             if call is not None:

@@ -33,7 +33,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jax_impl import _onednn, _xla_ffi
+from jax_impl import _onednn, _onednn_native
 from jax_impl.nn._materialize import results_in_memory
 
 __all__ = ["matmul", "matmul_bias", "registered"]
@@ -42,13 +42,22 @@ _TARGET = "jax_impl_onednn_matmul"
 _TARGET_BIAS = "jax_impl_onednn_matmul_bias"
 
 
-def _kernel(operands, results, attributes) -> None:
-    (a, b, *bias), (out,) = operands, results
+def _of_call(operands, results, attributes) -> _onednn.Matmul:
+    """The call's cached :class:`jax_impl._onednn.Matmul`."""
+    (a, _, *bias), (out,) = operands, results
     transpose_a, transpose_b = (bool(v) for v in attributes["transposes"])
     m, n = out.shape
     k = a.shape[0] if transpose_a else a.shape[1]
-    _onednn.matmul(m, k, n, transpose_a, transpose_b, bool(bias))(a.data, b.data, out.data,
-                                                                  *(x.data for x in bias))
+    return _onednn.matmul(m, k, n, transpose_a, transpose_b, bool(bias))
+
+
+def _kernel(operands, results, attributes) -> None:
+    (a, b, *bias), (out,) = operands, results
+    _of_call(operands, results, attributes)(a.data, b.data, out.data, *(x.data for x in bias))
+
+
+def _program(operands, results, attributes):
+    return _of_call(operands, results, attributes).program()
 
 
 @functools.cache
@@ -56,8 +65,8 @@ def registered() -> bool:
     """Whether the oneDNN matmul custom calls are registered with XLA (oneDNN is available)."""
     if not _onednn.available():
         return False
-    _xla_ffi.register_cpu_handler(_TARGET, _kernel)
-    _xla_ffi.register_cpu_handler(_TARGET_BIAS, _kernel)
+    _onednn_native.register_cpu_handler(_TARGET, _kernel, _program)
+    _onednn_native.register_cpu_handler(_TARGET_BIAS, _kernel, _program)
     return True
 
 
