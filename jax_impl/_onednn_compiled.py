@@ -67,20 +67,29 @@ def _intrinsics():
         return types.int64(types.int64, types.int64, types.int64), codegen
 
     @intrinsic
+    def call4(typingctx, function, a, b, c, d):
+        """``function(a, b, c, d)`` for a C function ``int64 (int64, int64, int64, int64)`` at an address."""
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(i64, [i64] * 4)
+            return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), list(args[1:]))
+        return types.int64(*[types.int64] * 5), codegen
+
+    @intrinsic
     def float_pointer(typingctx, address):
         def codegen(context, builder, sig, args):
             return builder.inttoptr(args[0], ir.FloatType().as_pointer())
         return types.CPointer(types.float32)(types.int64), codegen
 
-    return load64, load32, load8, store64, call2, float_pointer
+    return load64, load32, load8, store64, call2, call4, float_pointer
 
 
 def compile_for(state) -> dict:
     """Compile the runner, the handler's core and the lanes' main function for ``state`` (a
-    :class:`jax_impl._onednn_native._State`): ``{"handle": core, "lane": cfunc}``."""
+    :class:`jax_impl._onednn_native._State`): ``{"handle": the handlers' core, "handler": a function making a
+    target's handler, "lane": the lanes' main function}``."""
     from numba import carray, cfunc, njit, types
 
-    load64, load32, load8, store64, call2, float_pointer = _intrinsics()
+    load64, load32, load8, store64, call2, call4, float_pointer = _intrinsics()
     function = c_function
     libc, dnnl = ctypes.CDLL(None, use_errno=True), _onednn.library()
     i64, i32 = ctypes.c_int64, ctypes.c_int
@@ -284,4 +293,17 @@ def compile_for(state) -> dict:
             sem_post(lane + 32)
         return 0
 
-    return {"handle": handle, "lane": lane_main}
+    handle_c = cfunc(types.int64(types.int64, types.int64, types.int64, types.int64), nopython=True)(handle)
+    core = handle_c.address
+
+    def handler(target: int, fallback: int, failure: int):
+        """A target's handler, ``XLA_FFI_Error* (XLA_FFI_CallFrame*)``: the compiled core called with the
+        target's number and callbacks as constants (a small function: the core is compiled once)."""
+
+        @cfunc(types.int64(types.int64), nopython=True)
+        def entry(f):
+            return call4(core, f, target, fallback, failure)
+
+        return entry
+
+    return {"handle": handle_c, "handler": handler, "lane": lane_main}

@@ -196,16 +196,7 @@ def register_cpu_handler(name: str, kernel: Callable, program: Callable) -> None
 
 
 def _compiled_handler(state: _State, target: int, fallback, failure):
-    """A numba ``cfunc`` handler for one target: the shared core with the target's number (part of every
-    call's key) and its two Python callbacks as constants."""
-    from numba import cfunc, types
-
-    core = state.compiled["handle"]
-    fallback_address = ctypes.cast(fallback, ctypes.c_void_p).value
-    failure_address = ctypes.cast(failure, ctypes.c_void_p).value
-
-    @cfunc(types.int64(types.int64), nopython=True)
-    def handler(frame):
-        return core(frame, target, fallback_address, failure_address)
-
-    return handler
+    """A compiled handler for one target: the shared core with the target's number (part of every call's
+    key) and its two Python callbacks."""
+    return state.compiled["handler"](target, ctypes.cast(fallback, ctypes.c_void_p).value,
+                                     ctypes.cast(failure, ctypes.c_void_p).value)
