@@ -3,9 +3,9 @@
 A handler written in Python (:mod:`jax_impl._xla_ffi`) takes the GIL at
 every custom call, decodes the call frame, and hands the other cores' parts
 of the call to Python threads, each of which takes the GIL in turn before
-its oneDNN call. On a conv net's step (50 calls at ResNet-18's) that is
-10-20% of the step, most of it waiting for the GIL while another thread
-holds it. Here the same work is a *program*, made once per call geometry
+its oneDNN call. On a conv net's step (50 calls at ResNet-18's) most of
+that is waiting for the GIL while another thread holds it (docs/notes.md,
+"The GIL between oneDNN's calls"). Here the same work is a *program*, made once per call geometry
 by the Python path, and run by machine code that never takes the GIL:
 
 - the handler (a numba ``cfunc``) reads the operands' and results'
@@ -19,7 +19,7 @@ by the Python path, and run by machine code that never takes the GIL:
 - a program is a flat ``int64`` array of those calls, their oneDNN
   objects' addresses, and which of the call's buffers (plus a byte offset)
   each data handle points at; the parts' partial sums are added in part
-  order after all parts are done (:class:`Program`).
+  order after all parts are done (:class:`jax_impl._onednn_program.Program`).
 
 A call whose program is not known yet (its first), a call in a forked
 child, and XLA's registration-time metadata query go to the Python
@@ -27,9 +27,9 @@ handler, which runs the call the Python way and then registers its program
 (``program(operands, results, attributes)``). A failed oneDNN call returns
 XLA an error made by Python with oneDNN's status.
 
-numba compiles the handler and the lanes once per process (about 1 s, on
-the first oneDNN call), because the addresses of this process's state are
-constants in them. ``JAX_IMPL_ONEDNN_NATIVE=0``, or numba not installed,
+numba compiles the handler and the lanes once per process, when the first
+oneDNN route is registered (about a second), because the addresses of
+this process's state are constants in them. ``JAX_IMPL_ONEDNN_NATIVE=0``, or numba not installed,
 keeps every call on the Python path.
 """
 
@@ -39,6 +39,7 @@ import ctypes
 import os
 import threading
 import traceback
+import warnings
 import zlib
 from collections.abc import Callable
 
@@ -47,12 +48,13 @@ import numpy as np
 from jax_impl import _onednn, _onednn_compiled, _xla_ffi
 from jax_impl._onednn_compiled import c_function
 
-__all__ = ["available", "python_calls", "register_cpu_handler"]
+__all__ = ["available", "python_calls", "register_cpu_handler", "running"]
 
 _CAPACITY = 4096  # table slots (a power of 2: a key's low bits index it); at most half are used
 _MAX_BUFFERS = 16  # operands and results of one call
-# Trywaits before a waiting thread sleeps on its semaphore: about 20 us, the price of a futex wake-up on
-# a virtual machine, so a lane woken again within that time (a step's next call) is still awake.
+# Trywaits (a few ns each) before a waiting thread sleeps on its semaphore: a caller whose lanes finish
+# within a few microseconds of its own part does not pay a futex sleep and wake-up. Longer spins (30-100
+# us) measured no faster on a conv net's step: they take the core from XLA's other thread.
 _SPINS = 2000
 
 
@@ -142,13 +144,26 @@ _STATE_LOCK = threading.Lock()
 
 def _state() -> _State | None:
     """This process's state, made (the code compiled, the lanes started) on first use; ``None`` in a
-    forked child of the process that made it, whose lanes did not survive the fork."""
+    forked child of the process that made it (whose lanes did not survive the fork), and where it could
+    not be made (a warning says why; every call then takes the Python path)."""
     if _STATE[0] is None:
         with _STATE_LOCK:
             if _STATE[0] is None:
-                _STATE[0] = _State()
+                try:
+                    _STATE[0] = _State()
+                except Exception as exc:  # noqa: BLE001 - numba or the C library refused: the Python path works
+                    warnings.warn(f"jax_impl: oneDNN's custom calls stay on the Python path (their native "
+                                  f"handler could not be made: {type(exc).__name__}: {exc})", RuntimeWarning,
+                                  stacklevel=2)
+                    _STATE[0] = False
     state = _STATE[0]
-    return state if state.pid == os.getpid() else None
+    return state if state and state.pid == os.getpid() else None
+
+
+def running() -> bool:
+    """Whether this process runs oneDNN's custom calls natively (its handler made, its lanes started)."""
+    state = _STATE[0]
+    return bool(state) and state.pid == os.getpid()
 
 
 _PYTHON_CALLS = [0]
