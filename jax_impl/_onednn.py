@@ -18,6 +18,9 @@ Each call runs one oneDNN thread per core on a part of the batch or of
 the channels (the calling thread runs one part, jax_impl's lanes the
 others), and calls are serialised by a lock: XLA may run two custom
 calls at once on its two threads, and each call already uses every core.
+What a call runs is also written out as a program
+(:mod:`jax_impl._onednn_program`), which :mod:`jax_impl._onednn_native`
+runs without Python for every later call of the geometry.
 """
 
 from __future__ import annotations

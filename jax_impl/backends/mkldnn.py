@@ -14,6 +14,9 @@ absent, XLA's own convolutions and dots run, and the LSTM is a ``lax.scan``. The
 a function is traced, so a jitted function keeps the one it was traced with.
 
 ``JAX_IMPL_MKLDNN=0`` in the environment turns it off for the process.
+After a geometry's first call, its calls run from a handler numba compiles
+(no Python, no GIL: ``jax_impl/_onednn_native.py``);
+``JAX_IMPL_ONEDNN_NATIVE=0`` keeps them on the Python path, same results.
 
 Example::
 
