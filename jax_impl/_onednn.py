@@ -563,27 +563,37 @@ class _ProcessLock:
     """A lock that compiled code can take too: a POSIX semaphore (``sem_t``) in memory this object owns.
 
     Taken from Python, the GIL is let go while waiting (a ctypes call); :mod:`jax_impl._onednn_native`'s
-    handler takes it at :attr:`address` without the GIL.
+    handler takes it at :attr:`address` without the GIL. Off Linux (where oneDNN is not loaded and nothing
+    compiled runs) it is a plain ``threading.Lock`` and :attr:`address` is ``None``.
     """
 
     def __init__(self) -> None:
+        self.address: int | None = None
+        self._lock = threading.Lock()
+        if not sys.platform.startswith("linux"):
+            return
         libc = ctypes.CDLL(None, use_errno=True)
         self._memory = np.zeros(8, np.int64)  # a sem_t is 32 bytes on x86-64 Linux
-        self.address = self._memory.ctypes.data
         self._wait, self._post = libc.sem_wait, libc.sem_post
         for fn in (libc.sem_init, self._wait, self._post):
             fn.restype = ctypes.c_int
         libc.sem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
         self._wait.argtypes = self._post.argtypes = [ctypes.c_void_p]
-        if libc.sem_init(self.address, 0, 1) != 0:
-            raise OSError(ctypes.get_errno(), "sem_init failed")
+        if libc.sem_init(self._memory.ctypes.data, 0, 1) == 0:
+            self.address = self._memory.ctypes.data
 
     def __enter__(self) -> None:
+        if self.address is None:
+            self._lock.acquire()
+            return
         while self._wait(self.address) != 0:  # EINTR: a signal arrived while waiting
             pass
 
     def __exit__(self, *exc) -> None:
-        self._post(self.address)
+        if self.address is None:
+            self._lock.release()
+        else:
+            self._post(self.address)
 
 
 # Every oneDNN call of the process: XLA may run two custom calls at once on its two threads, and each
@@ -591,8 +601,9 @@ class _ProcessLock:
 _CALLS = _ProcessLock()
 
 
-def call_lock_address() -> int:
-    """The address of the ``sem_t`` every oneDNN call of this process holds while it runs."""
+def call_lock_address() -> int | None:
+    """The address of the ``sem_t`` every oneDNN call of this process holds while it runs (``None`` off
+    Linux, where that lock is Python's)."""
     return _CALLS.address
 
 

@@ -90,7 +90,7 @@ def compile_for(state) -> dict:
     from numba import carray, cfunc, njit, types
 
     load64, load32, load8, store64, call2, call4, float_pointer = _intrinsics()
-    function = c_function
+    function = c_function  # short: the prototypes below
     libc, dnnl = ctypes.CDLL(None, use_errno=True), _onednn.library()
     i64, i32 = ctypes.c_int64, ctypes.c_int
     sem_wait = function(libc, "sem_wait", i32, i64)
@@ -112,11 +112,14 @@ def compile_for(state) -> dict:
     prog = _onednn_program
     end, set_, execute_, wait_, copy, absolute = prog.END, prog.SET, prog.EXECUTE, prog.WAIT, prog.COPY, prog.ABSOLUTE
     layout = _xla_ffi.frame_layout()
-    (F_ARGS, F_RETS, F_SIZE, F_VALUES, F_ATTRS, F_ATTR_TYPES, F_ATTR_VALUES, F_EXTENSION_START, F_STAGE,
-     F_EXECUTE) = (layout[n] for n in ("args", "rets", "size", "values", "attrs", "attr_types", "attr_values",
-                                        "extension_start", "stage", "execute"))
-    F_BUFFER_RANK, F_BUFFER_DIMS, F_BUFFER_DTYPE, F_BUFFER_DATA = (
+    # Byte offsets in XLA's call frame (at_...) and the execution stage's number.
+    at_args, at_rets, at_attrs, at_extension_start, at_stage = (
+        layout[n] for n in ("args", "rets", "attrs", "extension_start", "stage"))
+    at_size, at_values, at_attr_types, at_attr_values = (layout[n] for n in ("size", "values", "attr_types",
+                                                                               "attr_values"))
+    at_buffer_rank, at_buffer_dims, at_buffer_dtype, at_buffer_data = (
         layout[n] for n in ("buffer_rank", "buffer_dims", "buffer_dtype", "buffer_data"))
+    execute_stage = layout["execute"]
     itemsizes = _xla_ffi.itemsizes()
     attr_array, attr_scalar = _xla_ffi.ATTR_ARRAY, _xla_ffi.ATTR_SCALAR
 
@@ -169,22 +172,22 @@ def compile_for(state) -> dict:
     def key_of(f, target):
         """A hash of the call: the target, every operand's and result's dims, every attribute's value."""
         h = mix(-3750763034362895579, target)
-        for operands in (F_ARGS, F_RETS):
-            count = load64(f + operands + F_SIZE)
-            values = load64(f + operands + F_VALUES)
+        for operands in (at_args, at_rets):
+            count = load64(f + operands + at_size)
+            values = load64(f + operands + at_values)
             h = mix(h, count)
             for i in range(count):
                 buffer = load64(values + 8 * i)
-                rank = load64(buffer + F_BUFFER_RANK)
-                dims = load64(buffer + F_BUFFER_DIMS)
-                h = mix(h, load32(buffer + F_BUFFER_DTYPE))
+                rank = load64(buffer + at_buffer_rank)
+                dims = load64(buffer + at_buffer_dims)
+                h = mix(h, load32(buffer + at_buffer_dtype))
                 h = mix(h, rank)
                 for d in range(rank):
                     h = mix(h, load64(dims + 8 * d))
-        attrs = f + F_ATTRS
-        count = load64(attrs + F_SIZE)
-        types_ = load64(attrs + F_ATTR_TYPES)
-        values = load64(attrs + F_ATTR_VALUES)
+        attrs = f + at_attrs
+        count = load64(attrs + at_size)
+        types_ = load64(attrs + at_attr_types)
+        values = load64(attrs + at_attr_values)
         h = mix(h, count)
         for i in range(count):
             kind = load32(types_ + 4 * i)
@@ -229,9 +232,9 @@ def compile_for(state) -> dict:
 
     @njit(nogil=True)
     def handle(f, target, fallback, failure):
-        if load64(f + F_EXTENSION_START) != 0:
+        if load64(f + at_extension_start) != 0:
             return call2(fallback, f, 0)  # the metadata query
-        if load32(f + F_STAGE) != F_EXECUTE:
+        if load32(f + at_stage) != execute_stage:
             return 0
         if getpid() != pid:
             return call2(fallback, f, 0)  # a forked child: its lanes are Python's
@@ -239,18 +242,18 @@ def compile_for(state) -> dict:
         program = lookup(key)
         if program == 0:
             return call2(fallback, f, key)
-        n_args = load64(f + F_ARGS + F_SIZE)
-        n_rets = load64(f + F_RETS + F_SIZE)
+        n_args = load64(f + at_args + at_size)
+        n_rets = load64(f + at_rets + at_size)
         if n_args + n_rets > max_buffers:
             return call2(fallback, f, 0)
         wait(lock)  # the process's lock
         buffers = base + 8 * buffers_at
-        arg_values = load64(f + F_ARGS + F_VALUES)
+        arg_values = load64(f + at_args + at_values)
         for i in range(n_args):
-            store64(buffers + 8 * i, load64(load64(arg_values + 8 * i) + F_BUFFER_DATA))
-        ret_values = load64(f + F_RETS + F_VALUES)
+            store64(buffers + 8 * i, load64(load64(arg_values + 8 * i) + at_buffer_data))
+        ret_values = load64(f + at_rets + at_values)
         for i in range(n_rets):
-            store64(buffers + 8 * (n_args + i), load64(load64(ret_values + 8 * i) + F_BUFFER_DATA))
+            store64(buffers + 8 * (n_args + i), load64(load64(ret_values + 8 * i) + at_buffer_data))
         parts = load64(program)
         own = own_part(parts)
         handed = min(parts, lanes)

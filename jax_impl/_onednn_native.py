@@ -93,6 +93,8 @@ class _State:
         except AttributeError:  # pragma: no cover - not Linux
             cpus = list(range(_onednn.workers()))
         self.pid, self.cpus, self.lock = os.getpid(), cpus, _onednn.call_lock_address()
+        if self.lock is None:
+            raise OSError("the process's oneDNN lock is not a POSIX semaphore here")
         self.lanes = len(cpus) if len(cpus) > 1 else 0  # one core: the caller runs the only part
         self.lanes_at = 0
         self.buffers_at = self.lanes * self.lane_words
