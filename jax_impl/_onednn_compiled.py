@@ -164,6 +164,11 @@ def compile_for(state) -> dict:
                 pc += 40
 
     @njit(nogil=True)
+    def itemsize(dtype):
+        # 0 for a type the table does not know: its values are then left out of the key (not read).
+        return itemsizes[dtype] if 0 <= dtype < len(itemsizes) else 0
+
+    @njit(nogil=True)
     def mix(h, value):
         # FNV-1a over 64-bit words.
         return (h ^ value) * 1099511628211
@@ -195,7 +200,7 @@ def compile_for(state) -> dict:
             h = mix(h, kind)
             if kind == attr_array:
                 dtype = load32(value)
-                size = load64(value + 8) * itemsizes[dtype]
+                size = load64(value + 8) * itemsize(dtype)
                 data = load64(value + 16)
                 h = mix(h, dtype)
                 h = mix(h, size)
@@ -205,7 +210,7 @@ def compile_for(state) -> dict:
                 dtype = load32(value)
                 data = load64(value + 8)
                 h = mix(h, dtype)
-                for b in range(itemsizes[dtype]):
+                for b in range(itemsize(dtype)):
                     h = mix(h, load8(data + b))
         return h
 

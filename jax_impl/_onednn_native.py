@@ -182,8 +182,8 @@ def register_cpu_handler(name: str, kernel: Callable, program: Callable) -> None
     Python path (:func:`jax_impl._xla_ffi.register_cpu_handler`).
 
     ``kernel(operands, results, attributes)`` runs a call the Python way; ``program(operands, results,
-    attributes)`` returns the :class:`Program` that does the same for every later call of the geometry
-    (``None``: it stays on the Python path).
+    attributes)`` returns the :class:`jax_impl._onednn_program.Program` that does the same for every later
+    call of the geometry (``None``: it stays on the Python path).
     """
     state = _state() if available() else None
     if state is None:
