@@ -84,7 +84,9 @@ def _matmul_calls(m, k, n, transpose_a, transpose_b, bias):
     return (lambda: (np.asarray(run(a, b)),)), (ref.numpy(),)
 
 
-_MATMULS = [(64, 48, 80, False, False, False), (33, 70, 20, True, False, False), (128, 64, 96, False, True, True)]
+# (M, K, N, transpose_a, transpose_b, bias): cut by columns (M < N) and by rows, with and without a bias.
+_MATMULS = [(64, 48, 80, False, False, False), (33, 70, 20, True, False, False), (128, 64, 96, False, True, True),
+            (40, 64, 96, False, False, True)]
 
 
 @pytest.mark.parametrize("call", [("conv", c) for c in _CONVS] + [("matmul", m) for m in _MATMULS],
