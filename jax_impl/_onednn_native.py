@@ -5,8 +5,9 @@ every custom call, decodes the call frame, and hands the other cores' parts
 of the call to Python threads, each of which takes the GIL in turn before
 its oneDNN call. On a conv net's step (50 calls at ResNet-18's) most of
 that is waiting for the GIL while another thread holds it (docs/notes.md,
-"The GIL between oneDNN's calls"). Here the same work is a *program*, made once per call geometry
-by the Python path, and run by machine code that never takes the GIL:
+"The price of a oneDNN call's hand-over"). Here the same work is a
+*program*, made once per call geometry by the Python path, and run by
+machine code that never takes the GIL:
 
 - the handler (a numba ``cfunc``) reads the operands' and results'
   addresses from XLA's call frame, finds the call's program by a hash of
@@ -15,7 +16,7 @@ by the Python path, and run by machine code that never takes the GIL:
 - a lane is a POSIX thread (``pthread_create`` on a numba ``cfunc``) kept
   on one core, woken by a semaphore, that runs its part (oneDNN's
   ``dnnl_memory_set_data_handle``, ``dnnl_primitive_execute``, the
-  reorders) and posts another;
+  reorders) and posts its "done" semaphore;
 - a program is a flat ``int64`` array of those calls, their oneDNN
   objects' addresses, and which of the call's buffers (plus a byte offset)
   each data handle points at; the parts' partial sums are added in part
@@ -29,8 +30,8 @@ XLA an error made by Python with oneDNN's status.
 
 numba compiles the handler and the lanes once per process, when the first
 oneDNN route is registered (about a second), because the addresses of
-this process's state are constants in them. ``JAX_IMPL_ONEDNN_NATIVE=0``, or numba not installed,
-keeps every call on the Python path.
+this process's state are constants in them. ``JAX_IMPL_ONEDNN_NATIVE=0``,
+or numba not installed, keeps every call on the Python path.
 """
 
 from __future__ import annotations
