@@ -39,8 +39,8 @@ import numpy as np
 
 from jax_impl import _onednn_program
 
-__all__ = ["Convolution", "LSTMLayer", "Matmul", "available", "call_lock_address", "convolution", "library",
-           "lstm_layer", "matmul", "pinned", "workers"]
+__all__ = ["Convolution", "LSTMLayer", "Matmul", "available", "call_lock", "call_lock_address", "convolution",
+           "library", "lstm_layer", "matmul", "pinned", "workers"]
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(_P)
@@ -599,6 +599,11 @@ class _ProcessLock:
 # Every oneDNN call of the process: XLA may run two custom calls at once on its two threads, and each
 # call already uses every core (one part per lane).
 _CALLS = _ProcessLock()
+
+
+def call_lock() -> _ProcessLock:
+    """The lock every oneDNN call of this process holds while it runs (a context manager)."""
+    return _CALLS
 
 
 def call_lock_address() -> int | None:

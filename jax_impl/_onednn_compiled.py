@@ -243,15 +243,17 @@ def compile_for(state) -> dict:
             return 0
         if getpid() != pid:
             return call2(fallback, f, 0)  # a forked child: its lanes are Python's
-        key = key_of(f, target)
-        program = lookup(key)
-        if program == 0:
-            return call2(fallback, f, key)
         n_args = load64(f + at_args + at_size)
         n_rets = load64(f + at_rets + at_size)
         if n_args + n_rets > max_buffers:
             return call2(fallback, f, 0)
-        wait(lock)  # the process's lock
+        key = key_of(f, target)
+        # The process's lock before the lookup: the table is emptied (its programs freed) under it.
+        wait(lock)
+        program = lookup(key)
+        if program == 0:
+            sem_post(lock)
+            return call2(fallback, f, key)
         buffers = base + 8 * buffers_at
         arg_values = load64(f + at_args + at_values)
         for i in range(n_args):

@@ -49,9 +49,12 @@ import numpy as np
 from jax_impl import _onednn, _onednn_compiled, _xla_ffi
 from jax_impl._onednn_compiled import c_function
 
-__all__ = ["available", "python_calls", "register_cpu_handler", "running"]
+__all__ = ["available", "programs", "python_calls", "register_cpu_handler", "running"]
 
-_CAPACITY = 4096  # table slots (a power of 2: a key's low bits index it); at most half are used
+_CAPACITY = 1024  # table slots (a power of 2: a key's low bits index it)
+# Programs kept at most: each keeps its geometry's primitives and their buffers (activation-sized), as
+# the Python path's caches of convolutions and matmuls keep 256 and 512; a full table is emptied.
+_MAX_PROGRAMS = 256
 _MAX_BUFFERS = 16  # operands and results of one call
 # Trywaits (a few ns each) before a waiting thread sleeps on its semaphore: a caller whose lanes finish
 # within a few microseconds of its own part does not pay a futex sleep and wake-up. Longer spins (30-100
@@ -127,10 +130,15 @@ class _State:
         return self.base + 8 * (self.lanes_at + i * self.lane_words)
 
     def add(self, key: int, program) -> None:
-        """Put ``program`` (an :class:`jax_impl._onednn_program.Program`) in the table under ``key``, unless
-        the table is half full (later calls of that geometry stay on the Python path)."""
-        if key in self.programs or len(self.programs) >= _CAPACITY // 2:
+        """Put ``program`` (an :class:`jax_impl._onednn_program.Program`) in the table under ``key``; a table
+        holding :data:`_MAX_PROGRAMS` is emptied first, under the process's oneDNN lock (a handler looks a
+        program up and runs it under that lock, so none is running), and its programs are let go."""
+        if key in self.programs:
             return
+        if len(self.programs) >= _MAX_PROGRAMS:
+            with _onednn.call_lock():
+                self.words[self.table_at:] = 0
+                self.programs.clear()
         slot = key & (_CAPACITY - 1)
         while self.words[self.table_at + 2 * slot + 1] != 0:
             slot = (slot + 1) & (_CAPACITY - 1)
@@ -167,6 +175,12 @@ def running() -> bool:
     """Whether this process runs oneDNN's custom calls natively (its handler made, its lanes started)."""
     state = _STATE[0]
     return bool(state) and state.pid == os.getpid()
+
+
+def programs() -> int:
+    """How many programs this process keeps (each a geometry whose calls run natively)."""
+    state = _STATE[0]
+    return len(state.programs) if state and state.pid == os.getpid() else 0
 
 
 _PYTHON_CALLS = [0]

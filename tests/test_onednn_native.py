@@ -122,6 +122,28 @@ def test_calls_from_several_threads_get_their_own_results():
             np.testing.assert_array_equal(result, alone[i])
 
 
+def test_a_full_table_is_emptied_and_its_geometries_run_again(monkeypatch):
+    """Programs keep their geometry's primitives and buffers: past ``_MAX_PROGRAMS`` the table is emptied,
+    and each geometry's next call leaves its program again, with the same results."""
+    from jax_impl.nn import _conv_onednn
+
+    monkeypatch.setattr(_onednn_native, "_MAX_PROGRAMS", 2)
+    rng = np.random.default_rng(7)
+    calls = []
+    for c_out in (8, 16, 24):
+        x = rng.standard_normal((4, 8, 10, 10), dtype=np.float32)
+        w = rng.standard_normal((c_out, 8, 3, 3), dtype=np.float32)
+        f = jax.jit(lambda a, b: _conv_onednn.conv2d(a, b, (1, 1), ((1, 1), (1, 1)), (1, 1)))
+        ref = TF.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+        calls.append((f, x, w, ref, np.asarray(f(x, w))))
+    for _ in range(3):
+        for f, x, w, ref, first in calls:
+            ours = np.asarray(f(x, w))
+            np.testing.assert_array_equal(ours, first)
+            assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
+            assert 1 <= _onednn_native.programs() <= 2
+
+
 _SOURCES = [np.arange(1, 5, dtype=np.float32), np.full(4, 0.5, np.float32)]
 
 
