@@ -264,15 +264,14 @@ class _Bound:
     """A primitive's execution on fixed memory objects: ``dnnl_primitive_execute`` with a packed argument
     list. :meth:`instruction` is the same call for a native program (:mod:`jax_impl._onednn_program`)."""
 
-    __slots__ = ("_primitive", "_packed", "_call")
+    __slots__ = ("_primitive", "_packed", "_execute", "_stream")
 
     def __init__(self, primitive: _Primitive, packed) -> None:
         self._primitive, self._packed = primitive, packed
-        self._call = (library().dnnl_primitive_execute, primitive.handle, _engine()[1], len(packed), packed)
+        self._execute, self._stream = library().dnnl_primitive_execute, _engine()[1]
 
     def __call__(self) -> None:
-        execute, *args = self._call
-        _check(execute(*args), "execution")
+        _check(self._execute(self._primitive.handle, self._stream, len(self._packed), self._packed), "execution")
 
     def instruction(self) -> list[int]:
         """``[EXECUTE, primitive, stream, count, arguments]`` (the addresses of oneDNN's objects)."""

@@ -90,20 +90,19 @@ def compile_for(state) -> dict:
     from numba import carray, cfunc, njit, types
 
     load64, load32, load8, store64, call2, call4, float_pointer = _intrinsics()
-    function = c_function  # short: the prototypes below
     libc, dnnl = ctypes.CDLL(None, use_errno=True), _onednn.library()
     i64, i32 = ctypes.c_int64, ctypes.c_int
-    sem_wait = function(libc, "sem_wait", i32, i64)
-    sem_trywait = function(libc, "sem_trywait", i32, i64)
-    sem_post = function(libc, "sem_post", i32, i64)
-    getpid = function(libc, "getpid", i32)
-    sched_getcpu = function(libc, "sched_getcpu", i32)
-    sched_setaffinity = function(libc, "sched_setaffinity", i32, i32, i64, i64)
-    set_handle = function(dnnl, "dnnl_memory_set_data_handle", i32, i64, i64)
-    execute = function(dnnl, "dnnl_primitive_execute", i32, i64, i64, i32, i64)
-    stream_wait = function(dnnl, "dnnl_stream_wait", i32, i64)
-    omp_get_max_threads = function(dnnl, "omp_get_max_threads", i32)
-    omp_set_num_threads = function(dnnl, "omp_set_num_threads", None, i32)
+    sem_wait = c_function(libc, "sem_wait", i32, i64)
+    sem_trywait = c_function(libc, "sem_trywait", i32, i64)
+    sem_post = c_function(libc, "sem_post", i32, i64)
+    getpid = c_function(libc, "getpid", i32)
+    sched_getcpu = c_function(libc, "sched_getcpu", i32)
+    sched_setaffinity = c_function(libc, "sched_setaffinity", i32, i32, i64, i64)
+    set_handle = c_function(dnnl, "dnnl_memory_set_data_handle", i32, i64, i64)
+    execute = c_function(dnnl, "dnnl_primitive_execute", i32, i64, i64, i32, i64)
+    stream_wait = c_function(dnnl, "dnnl_stream_wait", i32, i64)
+    omp_get_max_threads = c_function(dnnl, "omp_get_max_threads", i32)
+    omp_set_num_threads = c_function(dnnl, "omp_set_num_threads", None, i32)
 
     base, lock, pid, spins = state.base, state.lock, state.pid, state.spins
     lanes_at, lane_words, buffers_at, table_at = state.lanes_at, state.lane_words, state.buffers_at, state.table_at
