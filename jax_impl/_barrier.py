@@ -14,6 +14,22 @@ schedules the operations. Here every array passes through one custom call
 that does nothing (its results are its operands' buffers, so nothing is
 copied), which XLA runs once all of them are computed and before any of
 their users. Off the CPU the barrier lowers to nothing.
+
+Two forms, for two jobs:
+
+- :func:`barrier` hands each array on as the call's result, an opaque
+  buffer: XLA cannot see through it (a 2-D view stays 2-D, a value is
+  computed once). Its results alias its operands, and XLA's copy insertion
+  gives the call copies of some operands first (in ResNet-18's step, the
+  reshaped dot results of its GEMM-routed weight gradients and BatchNorm's
+  parameter gradients).
+- :func:`after_all` only orders: the call reads every array and returns
+  one scalar (the zero it is handed), and each array is passed on through a
+  ``select`` on that scalar, which XLA fuses into the array's users. No
+  array is copied. A train step's gradients take this form
+  (``jax_impl.train``): through :func:`barrier`, ResNet-18's (batch 32,
+  64x64) paid about 3.5 ms a step for copies of its GEMM-routed weight
+  gradients (reshapes of dot results), and the step ran 3-5% slower.
 """
 
 from __future__ import annotations
@@ -22,12 +38,14 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from jax_impl import _xla_ffi
 
-__all__ = ["barrier"]
+__all__ = ["after_all", "barrier"]
 
 _TARGET = "jax_impl_barrier"
 
@@ -62,6 +80,32 @@ batching.primitive_batchers[_barrier_p] = _batch
 mlir.register_lowering(_barrier_p, lambda ctx, *args: list(args))
 mlir.register_lowering(_barrier_p, _cpu_lowering, platform="cpu")
 
+# ``after_all``'s call: operands ``(zero, *arrays)``, one result, ``zero``'s buffer. The same no-op target
+# serves both forms: its results alias operands, and it reads nothing.
+_after_all_p = Primitive("jax_impl_after_all")
+_after_all_p.def_impl(lambda zero, *arrays: zero)
+_after_all_p.def_abstract_eval(lambda zero, *arrays: zero)
+
+
+def _after_all_jvp(primals, tangents):
+    out = _after_all_p.bind(*primals)
+    return out, ad.Zero(jax.typeof(out).to_tangent_aval())  # an integer: no tangent
+
+
+def _after_all_batch(args, dims):
+    return _after_all_p.bind(*args), None  # the scalar is not batched
+
+
+def _after_all_cpu_lowering(ctx, zero, *arrays):
+    _registered()
+    return jax.ffi.ffi_lowering(_TARGET, operand_output_aliases={0: 0})(ctx, zero, *arrays)
+
+
+ad.primitive_jvps[_after_all_p] = _after_all_jvp
+batching.primitive_batchers[_after_all_p] = _after_all_batch
+mlir.register_lowering(_after_all_p, lambda ctx, zero, *arrays: [zero])
+mlir.register_lowering(_after_all_p, _after_all_cpu_lowering, platform="cpu")
+
 
 def barrier(tree: Any) -> Any:
     """``tree`` unchanged, its arrays computed before any of them is used (on the CPU backend).
@@ -77,3 +121,27 @@ def barrier(tree: Any) -> Any:
     if not leaves:
         return tree
     return jax.tree.unflatten(treedef, _barrier_p.bind(*leaves))
+
+
+def after_all(tree: Any) -> Any:
+    """``tree`` unchanged, no array of it read before all of them are computed (on the CPU backend).
+
+    Unlike :func:`barrier`, nothing is copied and XLA sees each array as it
+    is: ``x`` becomes ``select(done == 0, x, 0)``, where ``done`` is the
+    zero that one custom call, reading every array, returns. XLA fuses the
+    select into each user; ``done`` is always 0, so the values (every bit,
+    NaNs and signed zeros included) are the arrays themselves.
+
+    Args:
+      tree: a pytree of arrays (a step's gradients).
+
+    Returns:
+      The same values; under ``jit`` on XLA:CPU no operation that reads one
+      of them starts before all of them are computed.
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    if not leaves:
+        return tree
+    ready = _after_all_p.bind(jnp.zeros((), jnp.int32), *leaves) == 0
+    return jax.tree.unflatten(treedef, [lax.select(jnp.broadcast_to(ready, x.shape), x, jnp.zeros_like(x))
+                                        for x in leaves])

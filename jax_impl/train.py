@@ -47,7 +47,7 @@ import jax
 from flax import nnx
 
 from jax_impl import amp
-from jax_impl._barrier import barrier
+from jax_impl._barrier import after_all
 from jax_impl.nn.utils import clip_grad_norm_
 from jax_impl.random.host_draws import jit_with_host_draws
 
@@ -104,7 +104,7 @@ def _autocast(dtype: Any) -> Any:
 def _optimizer_step(tx: Any, grads: Any, state: TrainState, buffers: Any, clip_grad_norm: float | None,
                     norm_type: float) -> TrainState:
     """Optional ``clip_grad_norm_``, then torch's optimizer step (``tx.step``), on the step's gradients."""
-    grads = barrier(grads)  # the update after the whole backward pass, as torch's optimizer.step()
+    grads = after_all(grads)  # the update after the whole backward pass, as torch's optimizer.step()
     if clip_grad_norm is not None:
         grads = clip_grad_norm_(grads, clip_grad_norm, norm_type)[1]
     params, opt_state = tx.step(grads, state.opt_state, state.params)

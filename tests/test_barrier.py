@@ -1,5 +1,6 @@
 """jax_impl._barrier: the values pass through unchanged under every transformation, and on XLA:CPU every
-user of a barrier's results runs after all of them are computed (one custom call they all pass)."""
+user of a barrier's results runs after all of them are computed (one custom call they all pass).
+``after_all`` orders without copying: no operand of its call is copied first."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._barrier import barrier
+from jax_impl._barrier import after_all, barrier
 
 
 def _tree():
@@ -32,6 +33,46 @@ def test_values_pass_through_jit_vmap_grad_and_jvp():
     assert barrier({}) == {}
 
 
+def test_after_all_passes_every_bit_through_jit_vmap_grad_and_jvp():
+    """NaNs and signed zeros included: the select keeps the array itself, never its zero branch."""
+    tree = {"w": jnp.array([1.5, -0.0, np.nan, -3.0, np.inf], jnp.float32), "i": jnp.arange(5), "none": None}
+    for fn in (after_all, jax.jit(after_all), jax.vmap(after_all), jax.jit(jax.vmap(after_all))):
+        out = fn(tree)
+        assert out["none"] is None
+        np.testing.assert_array_equal(np.asarray(out["w"]).view(np.uint32), np.asarray(tree["w"]).view(np.uint32))
+        np.testing.assert_array_equal(np.asarray(out["i"]), np.arange(5))
+    w = jnp.array([1.0, -2.0, 0.5], jnp.float32)
+    grads = jax.jit(jax.grad(lambda t: jnp.sum(after_all(t)["w"] ** 2)))({"w": w})
+    np.testing.assert_array_equal(np.asarray(grads["w"]), 2 * np.asarray(w))
+    _, tangent = jax.jvp(lambda a: after_all([a])[0] * 3, (w,), (jnp.ones(3),))
+    np.testing.assert_array_equal(np.asarray(tangent), np.full(3, 3, np.float32))
+    np.testing.assert_array_equal(np.asarray(jax.hessian(lambda a: jnp.sum(after_all([a])[0] ** 3))(w)),
+                                  np.diag(6 * np.asarray(w)))
+    assert after_all({}) == {}
+
+
+def _array_copies(fn, *args) -> list[str]:
+    """The compiled program's copies of non-scalar arrays (a bare ``copy`` or a fusion named for one)."""
+    entry = fn.lower(*args).compile().as_text().split("ENTRY")[1]
+    return [line.strip() for line in entry.splitlines()
+            if "copy" in line.split("=")[0] and not line.split("=")[1].strip().startswith(("s32[]", "f32[]"))]
+
+
+def test_after_all_copies_nothing_where_the_aliasing_barrier_copies():
+    """A reshaped dot result (a GEMM-routed conv's weight gradient) passed through :func:`barrier` is copied
+    into the call's own buffer first; through :func:`after_all` the call aliases only its scalar and the
+    array is read where the dot wrote it."""
+    a = jnp.ones((32, 32), jnp.float32)
+    through = {f: jax.jit(lambda m, f=f: f([(m @ m).reshape(8, 8, 4, 4)])[0] * 2) for f in (barrier, after_all)}
+    assert _array_copies(through[barrier], a)
+    assert not _array_copies(through[after_all], a)
+    compiled = through[after_all].lower(a).compile().as_text()
+    calls = [line for line in compiled.splitlines() if "custom_call_target=\"jax_impl_barrier\"" in line]
+    assert len(calls) == 1
+    assert "output_to_operand_aliasing={{}: (0, {})}" in calls[0]
+    np.testing.assert_array_equal(np.asarray(through[after_all](a)), np.full((8, 8, 4, 4), 64.0, np.float32))
+
+
 def test_one_custom_call_aliases_its_operands_on_the_cpu():
     """Every result is its operand's buffer (no copy), and the optimized program still has the call:
     XLA:CPU removes ``lax.optimization_barrier`` before it schedules, which is why this is a custom call."""
@@ -43,7 +84,7 @@ def test_one_custom_call_aliases_its_operands_on_the_cpu():
 
 
 def test_train_step_updates_after_the_barrier():
-    """``jax_impl.train``'s step passes the gradients through one barrier before the optimizer."""
+    """``jax_impl.train``'s step passes the gradients through one :func:`after_all` before the optimizer."""
     from flax import nnx
 
     from jax_impl import nn, optim
@@ -55,6 +96,9 @@ def test_train_step_updates_after_the_barrier():
     step = train_step(graphdef, nn.CrossEntropyLoss(), tx)
     x, y = jnp.ones((5, 4)), jnp.zeros(5, jnp.int32)
     assert step.lower(state, x, y).as_text().count("@jax_impl_barrier") == 1
+    calls = [line for line in step.lower(state, x, y).compile().as_text().splitlines()
+             if "custom_call_target=\"jax_impl_barrier\"" in line]
+    assert len(calls) == 1 and "jax_impl_after_all" in calls[0]
     del nnx
 
 
