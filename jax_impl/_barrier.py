@@ -140,8 +140,14 @@ def after_all(tree: Any) -> Any:
       of them starts before all of them are computed.
     """
     leaves, treedef = jax.tree.flatten(tree)
-    if not leaves:
+    arrays = [x for x in leaves if jnp.result_type(x) != jax.dtypes.float0]  # float0: a tangent with no values
+    if not arrays:
         return tree
-    ready = _after_all_p.bind(jnp.zeros((), jnp.int32), *leaves) == 0
-    return jax.tree.unflatten(treedef, [lax.select(jnp.broadcast_to(ready, x.shape), x, jnp.zeros_like(x))
-                                        for x in leaves])
+    ready = _after_all_p.bind(jnp.zeros((), jnp.int32), *arrays) == 0
+
+    def ordered(x: Any) -> Any:
+        if jnp.result_type(x) == jax.dtypes.float0:
+            return x
+        return lax.select(jnp.broadcast_to(ready, jnp.shape(x)), x, jnp.zeros_like(x))
+
+    return jax.tree.unflatten(treedef, [ordered(x) for x in leaves])

@@ -49,6 +49,11 @@ def test_after_all_passes_every_bit_through_jit_vmap_grad_and_jvp():
     np.testing.assert_array_equal(np.asarray(jax.hessian(lambda a: jnp.sum(after_all([a])[0] ** 3))(w)),
                                   np.diag(6 * np.asarray(w)))
     assert after_all({}) == {}
+    no_values = np.zeros(3, jax.dtypes.float0)  # an integer parameter's tangent
+    assert after_all({"t": no_values})["t"] is no_values
+    out = jax.jit(after_all)({"w": w, "t": no_values})
+    assert out["t"].dtype == jax.dtypes.float0
+    np.testing.assert_array_equal(np.asarray(out["w"]), np.asarray(w))
 
 
 def _array_copies(fn, *args) -> list[str]:
