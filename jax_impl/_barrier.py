@@ -7,13 +7,12 @@ still computing the gradients below it: the update and the backward
 pass's convolutions then share the cores, and a convolution that cuts its
 work into one part per core (oneDNN's, torch's own kernels) waits for its
 slowest part. torch's ``optimizer.step()`` runs after ``loss.backward()``
-has finished; :func:`barrier` gives the compiled step the same order.
+has finished; :func:`after_all` gives the compiled step the same order.
 
 ``lax.optimization_barrier`` does not: XLA:CPU removes it before it
-schedules the operations. Here every array passes through one custom call
-that does nothing (its results are its operands' buffers, so nothing is
-copied), which XLA runs once all of them are computed and before any of
-their users. Off the CPU the barrier lowers to nothing.
+schedules the operations. Here every array goes to one custom call that
+does nothing, which XLA runs once all of them are computed and before any
+of their users. Off the CPU the call lowers to nothing.
 
 Two forms, for two jobs:
 
@@ -27,9 +26,9 @@ Two forms, for two jobs:
   one scalar (the zero it is handed), and each array is passed on through a
   ``select`` on that scalar, which XLA fuses into the array's users. No
   array is copied. A train step's gradients take this form
-  (``jax_impl.train``): through :func:`barrier`, ResNet-18's (batch 32,
-  64x64) paid about 3.5 ms a step for copies of its GEMM-routed weight
-  gradients (reshapes of dot results), and the step ran 3-5% slower.
+  (``jax_impl.train``): through :func:`barrier`, a ResNet-18 step at small
+  images copied its GEMM-routed weight gradients for the call
+  (``docs/notes.md``).
 """
 
 from __future__ import annotations
