@@ -47,6 +47,7 @@ import platform
 import numpy as np
 
 from jax_impl._cpuinfo import cpu_flags
+from jax_impl.random import _libm_loops
 from jax_impl.random.fma import fma32, fma64
 
 __all__ = ["box_muller_double", "fill16", "scale_shift", "vectorized_float_kernel"]
@@ -176,13 +177,12 @@ def fill16(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
 
 
 def _fill16_double(blocks: np.ndarray, mean: float, std: float) -> np.ndarray:
-    # The C library's log, cos and sin element by element (NumPy's own log differs from it in the last bit);
-    # the products and square root, correctly rounded either way, in NumPy.
-    u1 = (1.0 - blocks[:, :8]).reshape(-1)
-    theta = ((2.0 * math.pi) * blocks[:, 8:]).reshape(-1).tolist()
-    radius = np.sqrt(-2 * np.fromiter(map(math.log, u1.tolist()), _F64, u1.size))
-    n1 = radius * np.fromiter(map(math.cos, theta), _F64, u1.size)
-    n2 = radius * np.fromiter(map(math.sin, theta), _F64, u1.size)
+    # The C library's log, cos and sin element by element (NumPy's own log differs from it in the last bit;
+    # jax_impl.random._libm_loops); the products and square root, correctly rounded either way, in NumPy.
+    log, cos, sin = _libm_loops.log_cos_sin(1.0 - blocks[:, :8], (2.0 * math.pi) * blocks[:, 8:])
+    radius = np.sqrt(-2 * log)
+    n1 = radius * cos
+    n2 = radius * sin
     out = np.empty_like(blocks)
     out[:, :8] = fma64(n1, std, mean).reshape(-1, 8)
     out[:, 8:] = fma64(n2, std, mean).reshape(-1, 8)

@@ -25,6 +25,8 @@ import threading
 
 import numpy as np
 
+from jax_impl.random import _libm_loops
+
 MERSENNE_STATE_N = 624
 
 # ``struct CPUGeneratorImplState { CPUGeneratorImplStateLegacy legacy_pod;
@@ -414,9 +416,9 @@ def bernoulli_many(engine: Engine, requests: tuple[tuple[int, float], ...]) -> l
 
 def log1p_of_minus(u: np.ndarray) -> np.ndarray:
     """``log1p(-u)`` of double uniforms with the C library's ``log1p``, as torch's ``exponential_distribution``
-    takes it (NumPy's SIMD ``log1p`` differs from it in the last bit for ~7% of inputs): mapped over the
-    values, which costs half a loop of Python arithmetic."""
-    return np.fromiter(map(math.log1p, (-np.asarray(u, np.float64)).tolist()), np.float64, np.size(u))
+    takes it (NumPy's SIMD ``log1p`` differs from it in the last bit for ~7% of inputs; see
+    :mod:`jax_impl.random._libm_loops`)."""
+    return _libm_loops.log1p_of_minus(u)
 
 
 def multinomial(
