@@ -68,7 +68,8 @@ def _kernels() -> Any:
             cos[i] = math.cos(theta[i])
             sin[i] = math.sin(theta[i])
 
-    probe, angles = _probe(), _probe() * (2.0 * math.pi)
+    probe = _probe()
+    angles = probe * (2.0 * math.pi)
     out, log, cos, sin = (np.empty(_PROBE) for _ in range(4))
     log1p_kernel(probe, out)
     log_cos_sin_kernel(1.0 - probe, angles, log, cos, sin)

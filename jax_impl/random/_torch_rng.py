@@ -25,7 +25,9 @@ import threading
 
 import numpy as np
 
-from jax_impl.random import _libm_loops
+# log1p(-u) of double uniforms with the C library's log1p, as torch's exponential_distribution takes it
+# (NumPy's SIMD log1p differs from it in the last bit for ~7% of inputs).
+from jax_impl.random._libm_loops import log1p_of_minus
 
 MERSENNE_STATE_N = 624
 
@@ -412,13 +414,6 @@ def bernoulli(engine: Engine, n: int, p: float) -> np.ndarray:
 def bernoulli_many(engine: Engine, requests: tuple[tuple[int, float], ...]) -> list[np.ndarray]:
     """:func:`bernoulli` for each ``(n, p)`` in turn (the same masks), drawn together."""
     return engine.bernoulli_many(tuple((int(n), float(p)) for n, p in requests))
-
-
-def log1p_of_minus(u: np.ndarray) -> np.ndarray:
-    """``log1p(-u)`` of double uniforms with the C library's ``log1p``, as torch's ``exponential_distribution``
-    takes it (NumPy's SIMD ``log1p`` differs from it in the last bit for ~7% of inputs; see
-    :mod:`jax_impl.random._libm_loops`)."""
-    return _libm_loops.log1p_of_minus(u)
 
 
 def multinomial(

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from jax_impl.random import _normal
+from jax_impl.random._libm_loops import log1p_of_minus
 from jax_impl.random import _torch_rng as _rng
 from jax_impl.random import host_draws
 
@@ -387,7 +388,7 @@ class Generator:
         shape = _shape(size)
         u = _rng.uniform_double(self._engine, math.prod(shape))
         scale = -1.0 / lambd
-        values = scale * _rng.log1p_of_minus(u)
+        values = scale * log1p_of_minus(u)
         return _narrow(values, dt).reshape(shape)
 
     @_after_staged_draws
