@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from jax_impl.random import _normal
-from jax_impl.random._libm_loops import log1p_of_minus
 from jax_impl.random import _torch_rng as _rng
 from jax_impl.random import host_draws
+from jax_impl.random._libm_loops import log1p_of_minus
 
 DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val
 _UINT64 = 2**64
