@@ -56,16 +56,31 @@ __all__ = ["TrainState", "accumulating_train_step", "closure_train_step", "eval_
 
 
 class TrainState(NamedTuple):
-    """What a step carries: the model split in two, and the optimizer state."""
+    """What a step carries: the model split in two, and the optimizer state.
 
-    params: Any  # nnx.State of nnx.Param
-    buffers: Any  # nnx.State of everything else (BatchNorm statistics, counters, RNG state)
+    :func:`init_train_state` stores ``params`` and ``buffers`` as flax's pure
+    dicts (``nnx.to_pure_dict``: nested dicts of arrays, e.g.
+    ``state.params["conv1"]["weight"]``). ``jax.jit`` flattens plain dicts
+    without calling Python, where an ``nnx.State`` of variables costs a Python
+    call per variable on every step, going in and coming out, while the
+    compiled step waits. A state split with
+    ``nnx.split`` (``nnx.State`` of variables) works as well, and a step
+    returns its state in the form it was given.
+    """
+
+    params: Any  # the nnx.Param variables' values (a pure dict, or an nnx.State)
+    buffers: Any  # everything else (BatchNorm statistics, counters, RNG state), in the same form
     opt_state: Any
 
 
 def init_train_state(model: nnx.Module, tx: Any) -> tuple[Any, TrainState]:
-    """Splits ``model`` into ``(graphdef, TrainState)``; ``tx`` is a ``jax_impl.optim`` transformation."""
+    """Splits ``model`` into ``(graphdef, TrainState)``; ``tx`` is a ``jax_impl.optim`` transformation.
+
+    The parameters and buffers are pure dicts (see :class:`TrainState`);
+    :func:`merge_model` (``nnx.merge``) rebuilds the model from them.
+    """
     graphdef, params, buffers = nnx.split(model, nnx.Param, ...)
+    params, buffers = nnx.to_pure_dict(params), nnx.to_pure_dict(buffers)
     return graphdef, TrainState(params, buffers, tx.init(params))
 
 
@@ -81,6 +96,7 @@ def loss_and_grads(graphdef: Any, loss_fn: Callable[[Any, Any], Any], state: Tra
     ``divisor`` ``k`` differentiates ``loss / k``, as torch's ``(loss / k).backward()``
     of a micro-batch; the returned loss is the micro-batch's own, undivided.
     ``autocast`` (a dtype) runs the forward and the loss inside :func:`jax_impl.amp.autocast`.
+    The new buffers come in the form of ``state.buffers`` (a pure dict, or an ``nnx.State``).
     """
 
     def loss_of(params):
@@ -93,6 +109,8 @@ def loss_and_grads(graphdef: Any, loss_fn: Callable[[Any, Any], Any], state: Tra
         return scaled, (loss, nnx.state(model, nnx.Not(nnx.Param)))
 
     (_, (loss, buffers)), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+    if not isinstance(state.buffers, nnx.State):  # returned in the form given (a pure dict from init_train_state)
+        buffers = nnx.to_pure_dict(buffers)
     return loss, grads, buffers
 
 
