@@ -344,7 +344,8 @@ def _jax_dcgan(case: dict[str, Any], x: np.ndarray, z: np.ndarray, torch_nets: A
     for network, torch_net in zip((JaxGenerator, JaxDiscriminator), torch_nets, strict=True):
         net = network(c, jnp.float32)
         _load(net, torch_net)
-        nets.append(nnx.split(net, nnx.Param, ...))
+        graphdef, params, buffers = nnx.split(net, nnx.Param, ...)
+        nets.append((graphdef, nnx.to_pure_dict(params), nnx.to_pure_dict(buffers)))  # as the example's loop
     (graphG, pG, bG), (graphD, pD, bD) = nets
     txD, txG, step, _ = jax_programs(graphG, graphD, c)
     box = {"carry": (pD, bD, txD.init(pD), pG, bG, txG.init(pG))}

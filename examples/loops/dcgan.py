@@ -350,7 +350,9 @@ def jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, An
     def forward(graphdef: Any, params: Any, buffers: Any, x: Any) -> tuple[Any, Any]:
         # Fresh buffer variables: BatchNorm (train mode) writes its running statistics into them.
         net = nnx.merge(graphdef, params, jax.tree.map(lambda v: v, buffers))
-        return net(x), nnx.state(net, nnx.Not(nnx.Param))
+        out, new = net(x), nnx.state(net, nnx.Not(nnx.Param))
+        # Returned in the form given: the loop's pure dicts, which jit flattens without a Python call per array.
+        return out, new if isinstance(buffers, nnx.State) else nnx.to_pure_dict(new)
 
     def d_loss(params: Any, buffers: Any, x: Any, label: Any) -> tuple[Any, tuple[Any, Any]]:
         output, buffers = forward(graphD, params, buffers, x)
@@ -405,7 +407,7 @@ def jax_drawing_step(graphG: Any, graphD: Any, c: Config, draw_dtype: str) -> An
 def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_dtype: str) -> list[dict[str, Any]]:
     import jax
     import jax.numpy as jnp
-    from flax import nnx
+    from flax import nnx, traverse_util
 
     import jax_impl.data as jdata
     import jax_impl.random as jr
@@ -420,7 +422,8 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
         _jax_weights_init(net)
         graphdef, params, buffers = nnx.split(net, nnx.Param, ...)
         cast = lambda a: a.astype(cdt) if jnp.issubdtype(a.dtype, jnp.floating) else a  # noqa: E731
-        return graphdef, jax.tree.map(cast, params), jax.tree.map(cast, buffers)
+        # Pure dicts (nested dicts of arrays): each step's call flattens them without Python.
+        return graphdef, *(jax.tree.map(cast, nnx.to_pure_dict(state)) for state in (params, buffers))
 
     # Built in the example's order: G (layers, then weights_init), D, then the fixed noise.
     graphG, pG, bG = split(JaxGenerator)
@@ -432,7 +435,7 @@ def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_d
 
     def state(params: Any, buffers: Any) -> dict[str, np.ndarray]:
         # torch's state_dict keys and order: the nnx paths joined with dots, parameters and buffers per layer.
-        flat = dict(nnx.to_flat_state(params)) | dict(nnx.to_flat_state(buffers))
+        flat = traverse_util.flatten_dict(params) | traverse_util.flatten_dict(buffers)
         out = {}
         for path in sorted(flat, key=lambda p: tuple(int(s) if str(s).isdigit() else -1 for s in p)):
             value = np.asarray(flat[path][...])

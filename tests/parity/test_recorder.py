@@ -150,6 +150,30 @@ def test_optimizer_record_needs_torchs_order_for_a_plain_pytree():
         parity.optimizer_record(state, params, name="Adam", param_names=["0.kernel", "0.bias", "2.weight", "2.bias"])
 
 
+def test_optimizer_record_of_a_pure_dict_state_is_the_nnx_states():
+    """A state built on pure dicts (jax_impl.train.init_train_state's form), recorded with the model, gives the
+    same torch state_dict as the same state built on nnx.State, and torch's Adam loads it."""
+    from flax import nnx
+
+    import jax_impl.nn as jnn
+    from jax_impl import optim
+
+    model = jnn.Sequential(jnn.Linear(2, 3), jnn.Tanh(), jnn.Linear(3, 1))
+    tx = optim.adam(lr=0.1)
+    records = []
+    for params in (nnx.state(model, nnx.Param), nnx.to_pure_dict(nnx.state(model, nnx.Param))):
+        grads = jax.tree.map(lambda p: p * 0.5 + 1.0, params)
+        _, state = tx.step(grads, tx.init(params), params)
+        records.append(parity.optimizer_record(state, model, name="Adam", hyperparameters={"lr": 0.1}).state_dict)
+    by_state, by_dict = records
+    assert by_dict["param_groups"] == by_state["param_groups"] and by_dict["state"].keys() == by_state["state"].keys()
+    for i, entry in by_state["state"].items():
+        for key, value in entry.items():
+            assert torch.equal(by_dict["state"][i][key], value), (i, key)
+    torch_model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    torch.optim.Adam(torch_model.parameters(), lr=0.1).load_state_dict(by_dict)
+
+
 # torch's pair of each jax_impl.nn layer in a model: (jax_impl.nn class name, args), built in both frameworks.
 ORDER_LAYERS = [("Linear", (3, 3))] * 11 + [
     ("Conv2d", (1, 2, 3)), ("BatchNorm2d", (2,)), ("LayerNorm", (4,)), ("GroupNorm", (1, 2)), ("RMSNorm", (3,)),
