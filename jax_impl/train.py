@@ -109,9 +109,15 @@ def loss_and_grads(graphdef: Any, loss_fn: Callable[[Any, Any], Any], state: Tra
         return scaled, (loss, nnx.state(model, nnx.Not(nnx.Param)))
 
     (_, (loss, buffers)), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
-    if not isinstance(state.buffers, nnx.State):  # returned in the form given (a pure dict from init_train_state)
+    if not _holds_variables(state.buffers):  # returned in the form given (a pure dict from init_train_state)
         buffers = nnx.to_pure_dict(buffers)
     return loss, grads, buffers
+
+
+def _holds_variables(tree: Any) -> bool:
+    """Whether ``tree`` is an ``nnx.State`` or has ``nnx.Variable`` nodes (not a pure dict of arrays)."""
+    return isinstance(tree, nnx.State) or any(
+        isinstance(leaf, nnx.Variable) for leaf in jax.tree.leaves(tree, is_leaf=lambda v: isinstance(v, nnx.Variable)))
 
 
 def _autocast(dtype: Any) -> Any:

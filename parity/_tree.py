@@ -56,6 +56,17 @@ def jax_key_name(entry: Any) -> str:
     return str(entry)
 
 
+def holds_variables(tree: Any) -> bool:
+    """Whether ``tree`` has ``flax.nnx.Variable`` nodes: an ``nnx.State``'s form, not a pure dict's."""
+    nnx = sys.modules.get("flax.nnx")  # only present if the caller uses flax
+    if nnx is None:
+        return False
+    import jax
+
+    return any(isinstance(leaf, nnx.Variable)
+               for leaf in jax.tree.leaves(tree, is_leaf=lambda v: isinstance(v, nnx.Variable)))
+
+
 def flatten(obj: Any) -> dict[str, np.ndarray]:
     """Flattens ``obj`` into ``{dotted_key: array}``.
 
@@ -111,8 +122,7 @@ def _flatten_jax(obj: Any, prefix: str, out: dict[str, np.ndarray]) -> None:
         if isinstance(obj, nnx.Module):
             obj = nnx.state(obj)
         if isinstance(obj, nnx.State):
-            to_pure_dict = getattr(nnx, "to_pure_dict", None)  # flax >= 0.12; State.to_pure_dict before
-            _flatten_into(to_pure_dict(obj) if to_pure_dict else obj.to_pure_dict(), prefix, out)
+            _flatten_into(nnx.to_pure_dict(obj), prefix, out)
             return
         if isinstance(obj, nnx.Variable):
             _flatten_into(obj.value, prefix, out)

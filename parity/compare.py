@@ -375,7 +375,9 @@ def _without_rng_state(obj: Any) -> tuple[Any, tuple[str, ...]]:
     """``obj`` with its RNG-state leaves set to ``None`` (dropped by ``flatten``), and their dotted keys.
 
     ``nnx.RngState`` variables (``RngKey``, ``RngCount``) go by type, as their
-    counters are plain ``uint32`` arrays; other leaves go by a PRNG-key dtype.
+    counters are plain ``uint32`` arrays; other leaves go by a PRNG-key dtype,
+    and in a pure dict (``nnx.to_pure_dict``) a ``count`` beside a ``key`` of
+    that dtype is its stream's counter.
     """
     jax = sys.modules.get("jax")
     if jax is None:  # nothing JAX-made can hold a key
@@ -388,18 +390,23 @@ def _without_rng_state(obj: Any) -> tuple[Any, tuple[str, ...]]:
     def is_variable(leaf: Any) -> bool:
         return nnx is not None and isinstance(leaf, nnx.Variable)
 
-    def is_rng_state(leaf: Any) -> bool:
+    flat = [(tuple(jax_key_name(entry) for entry in path), leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(obj, is_leaf=is_variable)[0]]
+    streams = {names[:-1] for names, leaf in flat if names[-1:] == ("key",) and _is_key_array(leaf)}
+
+    def is_rng_state(names: tuple[str, ...], leaf: Any) -> bool:
         if is_variable(leaf):
             return isinstance(leaf, nnx.RngState) or _is_key_array(leaf.get_value())
-        return _is_key_array(leaf)
+        return _is_key_array(leaf) or (names[-1:] == ("count",) and names[:-1] in streams)
 
     def drop(path: tuple, leaf: Any) -> Any:
-        if is_rng_state(leaf):
-            skipped.append(".".join(jax_key_name(entry) for entry in path))
+        names = tuple(jax_key_name(entry) for entry in path)
+        if is_rng_state(names, leaf):
+            skipped.append(".".join(names))
             return None
         return leaf
 
-    if not any(is_rng_state(leaf) for leaf in jax.tree_util.tree_leaves(obj, is_leaf=is_variable)):
+    if not any(is_rng_state(names, leaf) for names, leaf in flat):
         return obj, ()
     return jax.tree_util.tree_map_with_path(drop, obj, is_leaf=is_variable), tuple(skipped)
 

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from parity._tree import holds_variables
 from parity.files import atomic_write
 from parity.recording import FORMAT, META, SCALARS, TENSORS, VERSION, encode_number, tensor_file, tensors_to_bytes
 
@@ -74,9 +75,9 @@ def optimizer_record(opt_state: Any, params: Any, *, name: str, hyperparameters:
     Args:
       opt_state: the ``jax_impl.optim`` state (``tx.init(params)`` and its successors).
       params: the ``flax.nnx`` model the optimizer trains, or its parameter pytree
-        (``nnx.state(model, nnx.Param)``, or its pure dict). A model's parameters are taken in the form
-        ``opt_state`` was built on (pure dicts, as ``jax_impl.train.init_train_state`` keeps them, or
-        ``nnx.State``).
+        (``nnx.state(model, nnx.Param)``, or its pure dict). Parameters with ``nnx.Variable`` s are
+        taken as a pure dict when ``opt_state`` was built on one (as ``jax_impl.train.init_train_state``
+        keeps them).
       name: torch's optimizer class name (``"Adam"``, ``"SGD"``, ...).
       hyperparameters: the torch keyword arguments the optimizer was built with (``{"lr": 2e-4,
         "betas": (0.5, 0.999)}``), with a schedule's current value: they fill ``param_groups`` (so
@@ -103,8 +104,8 @@ def optimizer_record(opt_state: Any, params: Any, *, name: str, hyperparameters:
         if param_names is None and groups is None:
             param_names = torch_parameter_order(params)
         params = nnx.state(params, nnx.Param)
-        if not _holds_variables(opt_state):  # a state of pure dicts (jax_impl.train.init_train_state's)
-            params = nnx.to_pure_dict(params)
+    if holds_variables(params) and not holds_variables(opt_state):
+        params = nnx.to_pure_dict(params)  # the form of a pure-dict state (jax_impl.train.init_train_state's)
     leaves = _leaf_names(params)
     if groups is not None:
         if group_hyperparameters is None or len(group_hyperparameters) != len(groups):
@@ -282,15 +283,6 @@ def _assignment_order(cls: type) -> list[str]:
     if found:
         read(*found, True)
     return order
-
-
-def _holds_variables(tree: Any) -> bool:
-    """Whether ``tree`` has ``nnx.Variable`` nodes (an ``nnx.State``'s form, not a pure dict's)."""
-    import jax
-    from flax import nnx
-
-    return any(isinstance(leaf, nnx.Variable)
-               for leaf in jax.tree.leaves(tree, is_leaf=lambda v: isinstance(v, nnx.Variable)))
 
 
 def _leaf_names(params: Any) -> list[str]:

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from parity._tree import jax_key_name, to_numpy
+from parity._tree import holds_variables, jax_key_name, to_numpy
 from parity.convert.lbfgs import lbfgs_state_from_torch, lbfgs_state_to_torch
 from parity.optim import jax_optimizer_factory
 from torch_ref.optim import optimizer_class
@@ -421,6 +421,12 @@ def optimizer_state_to_torch(
             flat[key.torch] = [None if v is None else np.asarray(v)
                                for v in treedef.flatten_up_to(getattr(jax_state, key.torch))]
         except (ValueError, TypeError) as error:
+            field = getattr(jax_state, key.torch)
+            if holds_variables(field) != holds_variables(params):
+                forms = ("an nnx.State", "a pure dict") if holds_variables(field) else ("a pure dict", "an nnx.State")
+                raise ValueError(f"state field {key.torch!r} is {forms[0]} and params {forms[1]}: pass params in "
+                                 "the form the optimizer state was built on (nnx.to_pure_dict(params) for a "
+                                 "pure dict)") from None
             raise ValueError(f"state field {key.torch!r} does not have the structure of params: {error}") from None
         wanted = treedef.flatten_up_to(getattr(expected, key.torch))
         for i, j in enumerate(order):  # torch's order, so the first error is torch's first param

@@ -151,8 +151,9 @@ def test_optimizer_record_needs_torchs_order_for_a_plain_pytree():
 
 
 def test_optimizer_record_of_a_pure_dict_state_is_the_nnx_states():
-    """A state built on pure dicts (jax_impl.train.init_train_state's form), recorded with the model, gives the
-    same torch state_dict as the same state built on nnx.State, and torch's Adam loads it."""
+    """A state built on pure dicts (jax_impl.train.init_train_state's form), recorded with the model or with its
+    nnx.State parameters and their names, gives the same torch state_dict as the same state built on nnx.State,
+    and torch's Adam loads it."""
     from flax import nnx
 
     import jax_impl.nn as jnn
@@ -165,13 +166,23 @@ def test_optimizer_record_of_a_pure_dict_state_is_the_nnx_states():
         grads = jax.tree.map(lambda p: p * 0.5 + 1.0, params)
         _, state = tx.step(grads, tx.init(params), params)
         records.append(parity.optimizer_record(state, model, name="Adam", hyperparameters={"lr": 0.1}).state_dict)
-    by_state, by_dict = records
-    assert by_dict["param_groups"] == by_state["param_groups"] and by_dict["state"].keys() == by_state["state"].keys()
-    for i, entry in by_state["state"].items():
-        for key, value in entry.items():
-            assert torch.equal(by_dict["state"][i][key], value), (i, key)
+    # The parameters as an nnx.State with a pure-dict state, named by hand, are read as the pure dict.
+    names = ["0.weight", "0.bias", "2.weight", "2.bias"]
+    records.append(parity.optimizer_record(state, nnx.state(model, nnx.Param), name="Adam", param_names=names,
+                                           hyperparameters={"lr": 0.1}).state_dict)
+    by_state, by_dict, by_names = records
+    for other in (by_dict, by_names):
+        assert other["param_groups"] == by_state["param_groups"] and other["state"].keys() == by_state["state"].keys()
+        for i, entry in by_state["state"].items():
+            for key, value in entry.items():
+                assert torch.equal(other["state"][i][key], value), (i, key)
     torch_model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
     torch.optim.Adam(torch_model.parameters(), lr=0.1).load_state_dict(by_dict)
+    # The converter itself takes the params as given: the other form is a one-line error, not a pytree dump.
+    from parity.convert import optimizer_state_to_torch
+
+    with pytest.raises(ValueError, match="'exp_avg' is a pure dict and params an nnx.State: pass params in the form"):
+        optimizer_state_to_torch(state, nnx.state(model, nnx.Param), name="Adam")
 
 
 # torch's pair of each jax_impl.nn layer in a model: (jax_impl.nn class name, args), built in both frameworks.
