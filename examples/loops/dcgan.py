@@ -61,6 +61,8 @@ __all__ = ["Config", "JaxDiscriminator", "JaxGenerator", "images", "jax_drawing_
 
 REAL_LABEL = 1
 FAKE_LABEL = 0
+# The step's state arguments (pD, bD, optD, pG, bG, optG), donated: each step replaces them.
+STATE_ARGNUMS = (0, 1, 2, 3, 4, 5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,6 +336,9 @@ def jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, An
     """The two Adams, the jitted step (the batch's latents an argument) and the jitted sample of the networks
     ``graphG`` and ``graphD``.
 
+    The step donates its state (both networks' parameters and buffers, both Adams' states): XLA writes the
+    new state into the old buffers, as torch's in-place updates leave no old parameters behind.
+
     Kept per networks' graphs and config, so that a second run in the same process (both dtypes, or a
     recording after a comparison) reuses the compiled step: compiling it takes most of a short run.
     """
@@ -358,7 +363,7 @@ def jax_programs(graphG: Any, graphD: Any, c: Config) -> tuple[Any, Any, Any, An
         output, buffers = forward(graphD, params, buffers, x)
         return criterion(output, label), (output, buffers)
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=STATE_ARGNUMS)
     def train_step(pD, bD, optD, pG, bG, optG, real, noise):
         fake, pull_back, bG = jax.vjp(lambda p: forward(graphG, p, bG, noise), pG, has_aux=True)
         real_label = jnp.full((real.shape[0],), REAL_LABEL, real.dtype)
@@ -401,7 +406,7 @@ def jax_drawing_step(graphG: Any, graphD: Any, c: Config, draw_dtype: str) -> An
         noise = staged.randn(real.shape[0], c.nz, 1, 1, dtype=draw_dtype).astype(real.dtype)
         return train_step(pD, bD, optD, pG, bG, optG, real, noise)
 
-    return jit_with_host_draws(drawing_step, key_argnums=(6,))
+    return jit_with_host_draws(drawing_step, donate_argnums=STATE_ARGNUMS, key_argnums=(6,))
 
 
 def _train_jax(folder: Any, steps: int, dtype: str, seed: int, c: Config, draw_dtype: str) -> list[dict[str, Any]]:
