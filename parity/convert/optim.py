@@ -421,9 +421,9 @@ def optimizer_state_to_torch(
             flat[key.torch] = [None if v is None else np.asarray(v)
                                for v in treedef.flatten_up_to(getattr(jax_state, key.torch))]
         except (ValueError, TypeError) as error:
-            field = getattr(jax_state, key.torch)
-            if holds_variables(field) != holds_variables(params):
-                forms = ("an nnx.State", "a pure dict") if holds_variables(field) else ("a pure dict", "an nnx.State")
+            field_has, params_has = holds_variables(getattr(jax_state, key.torch)), holds_variables(params)
+            if field_has != params_has:
+                forms = ("an nnx.State", "a pure dict") if field_has else ("a pure dict", "an nnx.State")
                 raise ValueError(f"state field {key.torch!r} is {forms[0]} and params {forms[1]}: pass params in "
                                  "the form the optimizer state was built on (nnx.to_pure_dict(params) for a "
                                  "pure dict)") from None
