@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from jax_impl import optim
+from tests._tiers import slow_except
 from tests.optim._harness import REPRESENTATIVE, SQRT_FREE, Problem, assert_matches_torch, make_problem, run_both
 
 # Kernels whose last dimension is not a multiple of 4 (5x5, 3x3, a conv1d's 7) take the 2-D route; a 4x4
@@ -19,7 +20,8 @@ ROOTED = sorted(set(REPRESENTATIVE) - SQRT_FREE)  # the optimizers whose kernels
 
 
 @pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("name", ROOTED)
+# Adam and RMSprop in the default tier (the time budget: each compiles 12 steps), the others in the slow tier.
+@pytest.mark.parametrize("name", slow_except(ROOTED, {"adam", "rmsprop"}))
 def test_conv_kernels_match_torch(name, dtype):
     """Each square-root optimizer with its options on, 12 steps over a tree of conv kernels: the bar of every
     optimizer test (bit for bit where the probe knows torch's sqrt), parameters and state."""

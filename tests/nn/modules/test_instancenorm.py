@@ -5,6 +5,7 @@ the order of the float64 sums)."""
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -15,15 +16,19 @@ from flax import nnx
 
 import jax_impl.nn as jnn
 from parity.convert import to_torch_state_dict
+from tests._tiers import slow_except
 
 _SHAPES = {"InstanceNorm1d": (3, 4, 7), "InstanceNorm2d": (2, 4, 5, 3), "InstanceNorm3d": (2, 4, 3, 2, 3)}
 
 
 @pytest.mark.parametrize("name", list(_SHAPES))
-@pytest.mark.parametrize(("affine", "track"), list(itertools.product([False, True], [False, True])))
+# Neither option and both in the default tier, one option alone in the slow tier (the default tier's time budget).
+@pytest.mark.parametrize(("affine", "track"), slow_except(itertools.product([False, True], [False, True]),
+                                                          {(False, False), (True, True)}, several=True))
 def test_matches_torch_in_train_and_eval(name, affine, track):
     with jax.enable_x64(True):
-        rng = np.random.default_rng(hash((name, affine, track)) % 2**32)
+        # A seed of the case's own, the same in every process (str hashes are salted per process).
+        rng = np.random.default_rng(zlib.crc32(f"{name}-{affine}-{track}".encode()))
         theirs = getattr(torch.nn, name)(4, affine=affine, track_running_stats=track, momentum=0.3,
                                          dtype=torch.float64)
         ours = getattr(jnn, name)(4, affine=affine, track_running_stats=track, momentum=0.3, dtype=np.float64)
