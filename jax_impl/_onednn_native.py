@@ -28,9 +28,11 @@ handler, which runs the call the Python way and then registers its program
 (``program(operands, results, attributes)``). A failed oneDNN call returns
 XLA an error made by Python with oneDNN's status.
 
-numba compiles the handler and the lanes once per process, when the first
-oneDNN route is registered (about a second), because the addresses of
-this process's state are constants in them. ``JAX_IMPL_ONEDNN_NATIVE=0``,
+The handler's core and the lanes' code hold no address of this process
+(they read them from a context array, :mod:`jax_impl._onednn_compiled`), so
+numba keeps them in its on-disk cache: a process loads them when its first
+oneDNN route is registered, and only the first process on a machine (or
+after an upgrade) compiles them, about two seconds. ``JAX_IMPL_ONEDNN_NATIVE=0``,
 or numba not installed, keeps every call on the Python path.
 """
 
@@ -46,8 +48,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jax_impl import _onednn, _onednn_compiled, _xla_ffi
-from jax_impl._onednn_compiled import c_function
+from jax_impl import _onednn, _xla_ffi
 
 __all__ = ["available", "programs", "python_calls", "register_cpu_handler", "running"]
 
@@ -79,16 +80,23 @@ _I64 = ctypes.c_int64
 _CALLBACK = ctypes.CFUNCTYPE(_I64, _I64, _I64)
 
 
+def c_function(lib: ctypes.CDLL, name: str, restype, *argtypes):
+    """A ctypes prototype of ``lib``'s ``name`` taking integers (pointers as addresses)."""
+    address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
+
+
 class _State:
     """This process's memory shared with the compiled code, its lanes and its compiled functions.
 
     ``words``, one int64 array: each lane's block (its two semaphores, go and done; the address of the
-    stream it runs; that stream's status; its CPU mask's address), the running call's buffer addresses,
+    stream it runs; that stream's status; its CPU mask's address; the context's address), the running
+    call's buffer addresses,
     and the open-addressed table of programs (key, program address). The lock every oneDNN call holds is
     :func:`jax_impl._onednn.call_lock_address`'s.
     """
 
-    lane_words = 12  # go (4 words), done (4), stream (8), status (9), CPU mask (10)
+    lane_words = 12  # go (4 words), done (4), stream (8), status (9), CPU mask (10), context (11)
     capacity, max_buffers, spins = _CAPACITY, _MAX_BUFFERS, _SPINS
 
     def __init__(self) -> None:
@@ -115,12 +123,17 @@ class _State:
                 raise OSError(ctypes.get_errno(), "sem_init failed for a oneDNN lane")
             mask[cpu // 64] = np.uint64(1) << np.uint64(cpu % 64)
             self.words[self.lanes_at + i * self.lane_words + 10] = mask.ctypes.data if _onednn.pinned() else 0
-        self.compiled = _onednn_compiled.compile_for(self)
+        from jax_impl import _onednn_compiled  # numba's import, paid when oneDNN's first route is registered
+
+        self.ctx = _onednn_compiled.context(self)
+        self.compiled = _onednn_compiled.compiled()
+        for i in range(self.lanes):
+            self.words[self.lanes_at + i * self.lane_words + _onednn_compiled.LANE_CONTEXT] = self.ctx.ctypes.data
         self._threads = []
         for i in range(self.lanes):
             thread = ctypes.c_uint64()
             status = libc.pthread_create(ctypes.byref(thread), None, ctypes.c_void_p(self.compiled["lane"].address),
-                                         ctypes.c_void_p(i))
+                                         ctypes.c_void_p(self.lane(i)))
             if status != 0:
                 raise OSError(status, "pthread_create failed for a oneDNN lane")
             self._threads.append(thread)
@@ -223,12 +236,20 @@ def register_cpu_handler(name: str, kernel: Callable, program: Callable) -> None
         return _xla_ffi.error(frame, f"{name}: oneDNN execution failed (dnnl_status_t {status})") or 0
 
     fallback, failure = _CALLBACK(first_call), _CALLBACK(failed)
-    handler = _compiled_handler(state, zlib.crc32(name.encode()), fallback, failure)
+    try:
+        handler = _compiled_handler(state, zlib.crc32(name.encode()), fallback, failure)
+    except Exception as exc:  # noqa: BLE001 - llvmlite refused: this target's calls take the Python path
+        warnings.warn(f"jax_impl: {name}'s calls stay on the Python path (its native handler could not be made: "
+                      f"{type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
+        _xla_ffi.register_cpu_handler(name, kernel)
+        return
     _xla_ffi.register_cpu_target(name, handler.address, keep=(handler, fallback, failure))
 
 
 def _compiled_handler(state: _State, target: int, fallback, failure):
     """A compiled handler for one target: the shared core with the target's number (part of every call's
     key) and its two Python callbacks."""
-    return state.compiled["handler"](target, ctypes.cast(fallback, ctypes.c_void_p).value,
-                                     ctypes.cast(failure, ctypes.c_void_p).value)
+    from jax_impl import _onednn_compiled
+
+    return _onednn_compiled.entry(state.ctx, target, ctypes.cast(fallback, ctypes.c_void_p).value,
+                                  ctypes.cast(failure, ctypes.c_void_p).value)

@@ -201,3 +201,35 @@ def test_environment_variable_keeps_every_call_on_the_python_path():
                          env={**os.environ, "JAX_IMPL_ONEDNN_NATIVE": "0"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "27.0"]
+
+
+_CACHED_RUN = """
+import numpy as np, jax, torch
+from jax_impl import _onednn_compiled, _onednn_native
+from jax_impl.nn import _conv_onednn
+rng = np.random.default_rng(3)
+x, w = rng.standard_normal((4, 8, 10, 10), dtype=np.float32), rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
+f = jax.jit(lambda a, b: _conv_onednn.conv2d(a, b, (1, 1), ((1, 1), (1, 1)), (1, 1)))
+first, later = np.asarray(f(x, w)), np.asarray(f(x, w))
+ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+assert _onednn_native.running() and _onednn_native.programs() == 1
+assert np.array_equal(first, later) and np.abs(later - ref).max() <= 1e-5 * np.abs(ref).max()
+print(*(c.cache_hits for c in _onednn_compiled.compiled().values()))
+"""
+
+
+# Slow tier: two fresh processes, the first compiling (about 12 s). Every test process after the first one
+# of a run loads the code from the checkout's cache, so the default tier runs the cached code as well.
+@pytest.mark.slow
+def test_a_second_process_loads_the_compiled_code_from_numbas_cache(tmp_path):
+    """The handler's core and the lanes hold no address of the process that compiled them: the first process
+    compiles them into numba's cache, the next loads them (no compile) and its calls run natively, with the
+    first call's results and torch's."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    hits = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _CACHED_RUN], capture_output=True, text=True, timeout=300,
+                             env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        hits.append(out.stdout.split())
+    assert hits == [["0", "0"], ["1", "1"]]
