@@ -374,24 +374,23 @@ def compiled() -> dict[str, Any]:
             "lane": make(types.int64(types.int64), _lane_main)}
 
 
-def context(state) -> np.ndarray:
+def context(state) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """The context of ``state`` (a :class:`jax_impl._onednn_native._State`): an int64 array of
-    ``CONTEXT_WORDS`` words, and the arrays its words point at (kept alive by ``state``)."""
+    ``CONTEXT_WORDS`` words, and the arrays its words point at (the caller keeps them alive with it)."""
     ctx = np.zeros(CONTEXT_WORDS, np.int64)
     libc, dnnl = ctypes.CDLL(None, use_errno=True), _onednn.library()
 
     def address(lib: ctypes.CDLL, name: str) -> int:
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
 
-    state.cpu_words = np.asarray(state.cpus, np.int64)
-    state.itemsize_words = np.asarray(_xla_ffi.itemsizes(), np.int64)
+    cpus, itemsizes = np.asarray(state.cpus, np.int64), np.asarray(_xla_ffi.itemsizes(), np.int64)
     layout = _xla_ffi.frame_layout()
     prog = _onednn_program
     words = {
         BASE: state.base, LOCK: state.lock, PID: state.pid, SPINS: state.spins, LANES_AT: state.lanes_at,
         LANE_WORDS: state.lane_words, BUFFERS_AT: state.buffers_at, TABLE_AT: state.table_at,
         LANES: state.lanes, CAPACITY: state.capacity, MAX_BUFFERS: state.max_buffers,
-        CPUS: state.cpu_words.ctypes.data, N_CPUS: len(state.cpu_words),
+        CPUS: cpus.ctypes.data, N_CPUS: len(cpus),
         SEM_WAIT: address(libc, "sem_wait"), SEM_TRYWAIT: address(libc, "sem_trywait"),
         SEM_POST: address(libc, "sem_post"), GETPID: address(libc, "getpid"),
         SCHED_GETCPU: address(libc, "sched_getcpu"), SCHED_SETAFFINITY: address(libc, "sched_setaffinity"),
@@ -405,13 +404,13 @@ def context(state) -> np.ndarray:
         AT_VALUES: layout["values"], AT_ATTR_TYPES: layout["attr_types"], AT_ATTR_VALUES: layout["attr_values"],
         AT_BUFFER_RANK: layout["buffer_rank"], AT_BUFFER_DIMS: layout["buffer_dims"],
         AT_BUFFER_DTYPE: layout["buffer_dtype"], AT_BUFFER_DATA: layout["buffer_data"],
-        EXECUTE_STAGE: layout["execute"], ITEMSIZES: state.itemsize_words.ctypes.data,
-        N_ITEMSIZES: len(state.itemsize_words), ATTR_ARRAY: _xla_ffi.ATTR_ARRAY, ATTR_SCALAR: _xla_ffi.ATTR_SCALAR,
+        EXECUTE_STAGE: layout["execute"], ITEMSIZES: itemsizes.ctypes.data, N_ITEMSIZES: len(itemsizes),
+        ATTR_ARRAY: _xla_ffi.ATTR_ARRAY, ATTR_SCALAR: _xla_ffi.ATTR_SCALAR,
     }
     assert len(words) == CONTEXT_WORDS
     for index, value in words.items():
         ctx[index] = value
-    return ctx
+    return ctx, (cpus, itemsizes)
 
 
 class Entry:

@@ -125,12 +125,11 @@ class _State:
             self.words[self.lanes_at + i * self.lane_words + 10] = mask.ctypes.data if _onednn.pinned() else 0
         from jax_impl import _onednn_compiled  # numba's import, paid when oneDNN's first route is registered
 
-        self.ctx = _onednn_compiled.context(self)
+        self.ctx, self._ctx_arrays = _onednn_compiled.context(self)
         self.compiled = _onednn_compiled.compiled()
-        for i in range(self.lanes):
-            self.words[self.lanes_at + i * self.lane_words + _onednn_compiled.LANE_CONTEXT] = self.ctx.ctypes.data
         self._threads = []
         for i in range(self.lanes):
+            self.words[self.lanes_at + i * self.lane_words + _onednn_compiled.LANE_CONTEXT] = self.ctx.ctypes.data
             thread = ctypes.c_uint64()
             status = libc.pthread_create(ctypes.byref(thread), None, ctypes.c_void_p(self.compiled["lane"].address),
                                          ctypes.c_void_p(self.lane(i)))
