@@ -448,5 +448,6 @@ def _target_machine():
 def entry(ctx: np.ndarray, target: int, fallback: int, failure: int) -> Entry:
     """The handler of one target: the core, with the process's context ``ctx``, the target's number (part of
     every call's key) and its two callbacks' addresses."""
-    target_context = np.array([ctx.ctypes.data, target, fallback, failure], np.int64)
+    target_context = np.zeros(4, np.int64)
+    target_context[[T_CONTEXT, T_TARGET, T_FALLBACK, T_FAILURE]] = ctx.ctypes.data, target, fallback, failure
     return Entry(compiled()["handle"].address, target_context)

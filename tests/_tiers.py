@@ -1,8 +1,8 @@
 """Splitting a parametrized grid between the default tier and the slow tier (docs/testing.md).
 
 The default tier runs one case of every claim; the rest of a grid runs in the slow tier, which CI runs as
-well. A grid value is kept in the default tier when it is in ``keep``; every other value becomes a
-``pytest.param`` marked slow, with the id it would have had.
+well. Each value comes back as a ``pytest.param``, marked slow unless the default tier keeps it, with the id
+it would have had.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ def slow_except(values: Iterable[Any], keep: Collection[Any] | Callable[[Any], b
         several: each value is a tuple spread over several argument names (``parametrize(("a", "b"), ...)``).
     """
     kept = keep if callable(keep) else (lambda value: value in keep)
-    out = []
-    for index, value in enumerate(values):
-        case_id = None if ids is None else ids[index]
-        if kept(value):
-            out.append(value if case_id is None else pytest.param(*(value if several else (value,)), id=case_id))
-        else:
-            out.append(pytest.param(*(value if several else (value,)), id=case_id,
-                                    marks=pytest.mark.slow))
-    return out
+    values = list(values)
+    return _split(values, [kept(value) for value in values], ids, several)
 
+
+def slow_after(values: Iterable[Any], count: int = 1) -> list[Any]:
+    """``values`` for ``pytest.mark.parametrize``, the first ``count`` in the default tier, the rest slow."""
+    values = list(values)
+    return _split(values, [index < count for index in range(len(values))], None, False)
+
+
+def _split(values: list[Any], kept: list[bool], ids: Sequence[str] | None, several: bool) -> list[Any]:
+    return [pytest.param(*(value if several else (value,)), id=None if ids is None else ids[index],
+                         marks=() if kept[index] else pytest.mark.slow)
+            for index, value in enumerate(values)]

@@ -18,6 +18,7 @@ import torch
 
 import jax_impl.nn as nn
 import jax_impl.nn.functional as F
+from tests._tiers import slow_after
 from tests.nn.modules._torch_pair import (
     input_grad,
     load_state,
@@ -28,11 +29,6 @@ from tests.nn.modules._torch_pair import (
 )
 
 TOL = 1e-10
-
-
-def _default_first(values):
-    """The first value runs in the default tier, the rest in the slow tier (the default tier's time budget)."""
-    return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
 
 
 def _mha_pair(seed, **kwargs):
@@ -79,7 +75,7 @@ MHA_OPTIONS = [dict(), dict(bias=False), dict(kdim=3, vdim=5), dict(add_bias_kv=
 MASKS = ["", "kpm_bool", "kpm_float", "attn2_bool", "attn2_float", "attn3", "kpm_bool_attn2_bool"]
 
 
-@pytest.mark.parametrize("options", _default_first(MHA_OPTIONS), ids=lambda o: ",".join(o) or "default")
+@pytest.mark.parametrize("options", slow_after(MHA_OPTIONS), ids=lambda o: ",".join(o) or "default")
 def test_mha_init_and_forward_match_torch(options):
     rng = np.random.default_rng(0)
     with jax.enable_x64(True):
@@ -137,7 +133,7 @@ def test_mha_dropout_uses_torchs_masks():
             _check_mha(t_mod, j_mod, x, x, x, need_weights=need_weights)
 
 
-@pytest.mark.parametrize("case", _default_first([1, 0, 2, 3, 4, 5]))
+@pytest.mark.parametrize("case", slow_after([1, 0, 2, 3, 4, 5]))
 def test_sdpa_matches_torch(case):
     rng = np.random.default_rng(case)
     shapes = [((2, 3, 4, 5), (2, 3, 6, 5)), ((1, 2, 3, 4), (1, 2, 3, 4)), ((3, 4, 2), (3, 5, 2))][case % 3]

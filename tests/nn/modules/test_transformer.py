@@ -16,6 +16,7 @@ import torch
 
 import jax_impl.nn as nn
 import jax_impl.random
+from tests._tiers import slow_after
 from tests.nn.modules._torch_pair import input_grad, max_state_diff, rel_err, seed_both, torch_input_grad
 
 TOL = {np.float64: 1e-10, np.float32: 1e-5}
@@ -27,11 +28,6 @@ OPTIONS = [
     dict(batch_first=True, bias=False),
     dict(activation=torch.nn.functional.silu),
 ]
-
-
-def _default_first(values):
-    """The first value runs in the default tier, the rest in the slow tier (the default tier's time budget)."""
-    return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
 
 
 def _jax_options(options):
@@ -48,8 +44,8 @@ def _encoder_pair(seed, dtype, dropout, options):
     return t_mod, j_mod
 
 
-@pytest.mark.parametrize("dtype", _default_first([np.float64, np.float32]))
-@pytest.mark.parametrize("options", _default_first(OPTIONS[::-1]), ids=lambda o: ",".join(map(str, o)) or "default")
+@pytest.mark.parametrize("dtype", slow_after([np.float64, np.float32]))
+@pytest.mark.parametrize("options", slow_after(OPTIONS[::-1]), ids=lambda o: ",".join(map(str, o)) or "default")
 def test_encoder_layer_matches_torch(dtype, options):
     rng = np.random.default_rng(0)
     with jax.enable_x64(dtype == np.float64):
@@ -70,7 +66,7 @@ def test_encoder_layer_matches_torch(dtype, options):
             assert rel_err(g, tg) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("norm_first", _default_first([True, False]))
+@pytest.mark.parametrize("norm_first", slow_after([True, False]))
 def test_encoder_layer_dropout_uses_torchs_masks(norm_first):
     rng = np.random.default_rng(1)
     with jax.enable_x64(True):
@@ -191,8 +187,8 @@ def _compare_transformer(j_mod, t_mod, src, tgt, call, tol):
         assert rel_err(g, tg) <= tol
 
 
-@pytest.mark.parametrize("seed", _default_first([0, 1]))
-@pytest.mark.parametrize("options", _default_first([dict(), dict(norm_first=True, bias=False, batch_first=True)]),
+@pytest.mark.parametrize("seed", slow_after([0, 1]))
+@pytest.mark.parametrize("options", slow_after([dict(), dict(norm_first=True, bias=False, batch_first=True)]),
                          ids=str)
 def test_transformer_init_matches_torch(seed, options):
     """Default inits, then xavier_uniform_ on every matrix in parameters() order: the same state, and the
@@ -232,8 +228,8 @@ def test_transformer_init_with_custom_encoder_and_decoder():
         assert rel_err(j_mod(jnp.asarray(src), jnp.asarray(tgt), **call), t_out) <= TIGHT[np.float64]
 
 
-@pytest.mark.parametrize("dtype", _default_first([np.float64, np.float32]))
-@pytest.mark.parametrize("options", _default_first(MODEL_OPTIONS), ids=lambda o: _option_id(o))
+@pytest.mark.parametrize("dtype", slow_after([np.float64, np.float32]))
+@pytest.mark.parametrize("options", slow_after(MODEL_OPTIONS), ids=lambda o: _option_id(o))
 def test_transformer_matches_torch(dtype, options):
     rng = np.random.default_rng(5)
     # The default tier's time budget: there one call (every padding mask, the causal flag) with tgt as long as
