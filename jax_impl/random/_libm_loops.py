@@ -7,9 +7,11 @@ differ from it in the last bit for some inputs. These functions map Python's
 ``math`` functions (the C library's) over the values, about 60 ns an
 element, or, once the map has taken ``_COMPILE_AFTER`` elements in this
 process, run loops compiled by numba that call the same functions, 5-10x
-faster. Importing numba and compiling a loop costs about 0.5 s, which the
-threshold pays for: draws made once (a model's initial values) compile
-nothing, and a loop's repeated draws compile once.
+faster (:mod:`jax_impl.random._libm_compiled`). Importing numba and
+loading the loops from numba's on-disk cache costs about 0.4 s (compiling
+them, in the first process on a machine, about 0.65 s), which the threshold
+pays for: draws made once (a model's initial values) import nothing, and a
+loop's repeated draws load or compile the loops once.
 
 A compiled loop is used only where its first results are the map's, bit for
 bit, on a probe of values (a vector math library in numba would differ), and
@@ -51,22 +53,10 @@ def _kernels() -> Any:
     if multiprocessing.parent_process() is not None:
         return None
     try:
-        from numba import njit
+        from jax_impl.random import _libm_compiled
     except ImportError:  # numba is a dependency on Linux x86-64 only
         return None
-
-    @njit(nogil=True)
-    def log1p_kernel(u, out):  # pragma: no cover - compiled
-        for i in range(u.shape[0]):
-            out[i] = math.log1p(-u[i])
-
-    @njit(nogil=True)
-    def log_cos_sin_kernel(u, theta, log, cos, sin):  # pragma: no cover - compiled
-        for i in range(u.shape[0]):
-            log[i] = math.log(u[i])
-        for i in range(theta.shape[0]):
-            cos[i] = math.cos(theta[i])
-            sin[i] = math.sin(theta[i])
+    log1p_kernel, log_cos_sin_kernel = _libm_compiled.log1p_of_minus, _libm_compiled.log_cos_sin
 
     probe = _probe()
     angles = probe * (2.0 * math.pi)
