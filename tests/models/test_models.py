@@ -98,10 +98,10 @@ def test_state_dict_round_trip_is_exact(name):
 
 
 @pytest.mark.parametrize(("name", "train"), [
-    # The ViT's train-mode forward in the slow tier (the default tier's time budget): its SGD step below
-    # runs train mode in the default tier.
+    # The ViT's layer-by-layer forwards in the slow tier (the default tier's time budget): its SGD step below
+    # runs it in train mode in the default tier, and the other models' forwards are checked layer by layer there.
     pytest.param(name, train, id=f"{train}-{name}",
-                 marks=[pytest.mark.slow] if name in SLOW or (train and name == "vit") else [])
+                 marks=[pytest.mark.slow] if name in SLOW or name == "vit" else [])
     for train in (False, True) for name in FORWARD if train or name != "resnet50"])
 def test_logits_and_every_layer_match_torch(name, train):
     t, j, x = _pair(name)
