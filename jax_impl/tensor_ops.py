@@ -21,7 +21,8 @@ import jax.numpy as jnp
 __all__ = [
     "HELPERS", "torch_abs", "torch_chunk", "torch_clamp", "torch_cumulative", "torch_expand", "torch_flatten", "torch_gather", "torch_linalg_norm",
     "torch_logsumexp", "torch_matrix_norm", "torch_max_dim", "torch_repeat_interleave", "torch_reshape",
-    "torch_scatter", "torch_sort", "torch_split", "torch_squeeze", "torch_topk", "torch_var", "torch_vector_norm",
+    "torch_scatter", "torch_sort", "torch_split", "torch_squeeze", "torch_topk", "torch_unfold", "torch_var",
+    "torch_vector_norm",
 ]
 
 
@@ -79,6 +80,32 @@ def torch_chunk(input, chunks, dim=0):
         total += length
         offsets.append(total)
     return tuple(jnp.split(input, offsets, axis=dim))
+
+
+def torch_unfold(input, dimension, size, step):
+    """``x.unfold(dimension, size, step)``: each window of ``size`` elements along ``dimension``, ``step`` apart,
+    as a new last dimension; ``dimension`` then counts the ``(length - size) // step + 1`` windows. Windows
+    that do not overlap (``step == size``, image patches) are a reshape; the gradient of overlapping ones sums
+    each element's windows, as torch's ``unfold_backward``."""
+    if input.ndim == 0:
+        if size > 1:
+            raise RuntimeError(f"maximum size for tensor at dimension 0 is 1 but size is {size}")
+        return jnp.reshape(input, (1,))
+    dim = dimension % input.ndim
+    length = input.shape[dim]
+    if size > length:
+        raise RuntimeError(f"maximum size for tensor at dimension {dim} is {length} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    count = (length - size) // step + 1
+    before, after = input.shape[:dim], input.shape[dim + 1:]
+    if step == size:
+        cut = input[(slice(None),) * dim + (slice(0, count * size),)]
+        windows = jnp.reshape(cut, before + (count, size) + after)
+    else:
+        index = jnp.arange(count)[:, None] * step + jnp.arange(size)[None, :]
+        windows = jnp.take(input, index, axis=dim)
+    return jnp.moveaxis(windows, dim + 1, -1)
 
 
 def torch_squeeze(input, dim=None):
@@ -355,5 +382,5 @@ def torch_linalg_norm(input, ord=None, dim=None, keepdim=False, dtype=None):
 HELPERS = {fn.__name__: fn for fn in (
     torch_abs, torch_chunk, torch_clamp, torch_cumulative, torch_expand, torch_flatten, torch_gather,
     torch_linalg_norm, torch_logsumexp, torch_matrix_norm, torch_max_dim, torch_repeat_interleave, torch_reshape,
-    torch_scatter, torch_sort, torch_split, torch_squeeze, torch_topk, torch_var, torch_vector_norm,
+    torch_scatter, torch_sort, torch_split, torch_squeeze, torch_topk, torch_unfold, torch_var, torch_vector_norm,
 )}

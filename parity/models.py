@@ -257,7 +257,9 @@ def summary(torch_model: torch.nn.Module, jax_model: nnx.Module, input_shape, *,
         mark = "" if ts == js and tp == jp else "  !"
         lines.append(f"{name:<28} {t_kind.get(name, '?'):<18} {_shape(ts):<20} {_shape(js):<20} {tp:>10,} {jp:>10,}{mark}")
     t_total = sum(p.numel() for p in torch_model.parameters())
-    j_total = sum(int(np.prod(v[...].shape)) for v in module_state(jax_model).values() if isinstance(v, nnx.Param))
+    # a shared (tied) parameter once, as torch's parameters() counts it
+    unique = {id(v): v for v in module_state(jax_model).values() if isinstance(v, nnx.Param)}
+    j_total = sum(int(np.prod(v[...].shape)) for v in unique.values())
     t_train = sum(p.numel() for p in torch_model.parameters() if p.requires_grad)
     lines += ["=" * len(head), f"Total params: torch {t_total:,}, jax {j_total:,}{'' if t_total == j_total else '  !'}",
               f"Trainable params: torch {t_train:,}, jax {j_total:,}"]
@@ -296,7 +298,7 @@ def build_models(model_config, *, seed: int = 0,
     # real init, so those keep their seeded values.
     jax_model = nnx.eval_shape(build)
     state = nnx.state(jax_model)
-    if len(jax.tree.leaves(state)) == len(module_state(jax_model)):
+    if len(jax.tree.leaves(state)) == len({id(v) for v in module_state(jax_model).values()}):
         nnx.update(jax_model, jax.tree.map(lambda s: jax.numpy.asarray(np.zeros(s.shape, s.dtype)), state))
     else:
         jax_model = build()

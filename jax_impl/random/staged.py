@@ -29,8 +29,8 @@ import numpy as np
 from jax_impl.kernels import rounded, runtime_zero_of
 from jax_impl.random.generator import Generator, default_generator
 
-__all__ = ["bernoulli", "categorical", "exponential", "normal", "rand", "rand_like", "randint", "randn",
-           "randn_like"]
+__all__ = ["bernoulli", "bernoulli_fill", "categorical", "exponential", "normal", "normal_fill", "rand", "rand_like",
+           "randint", "randn", "randn_like"]
 
 
 def _gen(generator: Generator | None) -> Generator:
@@ -113,6 +113,29 @@ def bernoulli(p: Any, *, generator: Generator | None = None) -> jax.Array:
     wide = p.dtype == jnp.float64
     u = _gen(generator).staged_rand(p.shape, jnp.float64 if wide else jnp.float32, tied_to=p)
     return (u < p.astype(u.dtype)).astype(p.dtype)
+
+
+def bernoulli_fill(x: Any, p: Any = 0.5, *, generator: Generator | None = None) -> jax.Array:
+    """``x.bernoulli_(p)``, traceable: 0/1 of ``x``'s shape and dtype (``x``'s values are not read).
+
+    A number ``p`` is torch's scalar kernel, the one dropout's masks come from: one ``random64()`` per
+    element in C order, ``1`` where its 53 low bits over ``2**53`` are below ``p``. A tensor ``p``, broadcast
+    to ``x``'s shape, is torch's tensor kernel: :func:`bernoulli` of the broadcast ``p`` (a 53-bit uniform
+    for float64 ``p``, a 24-bit one otherwise). ``timm``'s stochastic depth,
+    ``x.new_empty(shape).bernoulli_(keep_prob)``, is the first.
+    """
+    x = jnp.asarray(x)
+    if isinstance(p, (bool, int, float, np.floating, np.integer)):
+        mask = _gen(generator).staged_bernoulli(x.shape, float(p), tied_to=x)
+        return mask.astype(x.dtype)
+    return bernoulli(jnp.broadcast_to(jnp.asarray(p), x.shape), generator=generator).astype(x.dtype)
+
+
+def normal_fill(x: Any, mean: float = 0.0, std: float = 1.0, *, generator: Generator | None = None) -> jax.Array:
+    """``x.normal_(mean, std)``, traceable: torch's normals of ``x``'s shape and (floating) dtype, as
+    ``torch.empty(x.shape, dtype=x.dtype).normal_(mean, std)`` draws them (``x``'s values are not read)."""
+    x = jnp.asarray(x)
+    return _gen(generator).staged_normal(x.shape, float(mean), float(std), jnp.dtype(x.dtype), tied_to=x)
 
 
 def categorical(probs: Any, *, generator: Generator | None = None) -> jax.Array:

@@ -5,7 +5,7 @@ missing or unexpected key, shape or dtype mismatch raises an error that names
 the parameter and the key.
 """
 
-from parity.convert.modules import load_torch_state_dict, module_state, to_torch_state_dict
+from parity.convert.modules import load_torch_state_dict, module_state, tied_keys, to_torch_state_dict
 from parity.convert.optim import (
     grouped_optimizer_state_from_torch,
     grouped_optimizer_state_to_torch,
@@ -20,5 +20,6 @@ __all__ = [
     "grouped_optimizer_state_to_torch",
     "optimizer_state_from_torch",
     "optimizer_state_to_torch",
+    "tied_keys",
     "to_torch_state_dict",
 ]

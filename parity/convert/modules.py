@@ -19,26 +19,79 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 import torch
 from flax import nnx
+from flax.nnx import graph
 
 from jax_impl.nn.modules.module import Buffer
 
-__all__ = ["load_torch_state_dict", "module_state", "to_torch_state_dict"]
+__all__ = ["load_torch_state_dict", "module_state", "tied_keys", "to_torch_state_dict"]
 
 # Variable types that make up a torch state_dict: parameters, running stats, buffers.
 _STATE_TYPES = (nnx.Param, nnx.BatchStat, Buffer)
 
 
+# How flax's graph flattening wraps a node's data children (absent in older flax: the children themselves).
+_DATA_ELEM = getattr(graph, "DataElem", None)
+
+
 def module_state(module: nnx.Module) -> dict[str, nnx.Variable]:
-    """The module's variables under torch's dotted ``state_dict`` keys (RNG state excluded)."""
-    flat = nnx.to_flat_state(nnx.state(module, nnx.Any(*_STATE_TYPES)))
-    return {".".join(map(str, path)): var for path, var in flat}
+    """The module's variables under torch's dotted ``state_dict`` keys (RNG state excluded).
+
+    A variable held in several places (tied weights: ``self.decoder.weight = self.encoder.weight``) is listed
+    under each of its keys, as torch's ``state_dict`` lists a shared parameter under each name
+    (``nnx.state`` keeps one of them).
+    """
+    return {".".join(map(str, path)): var for path, var in _walk(module, (), set())
+            if isinstance(var, _STATE_TYPES)}
+
+
+def tied_keys(module: nnx.Module, torch_keys: Iterable[str]) -> dict[str, str]:
+    """``{key: kept key}`` for each key of :func:`module_state` whose variable torch names by another key.
+
+    ``torch_keys`` is the torch model's ``state_dict()`` keys, in its order. torch's ``named_parameters()``
+    and ``parameters()`` keep a shared parameter under the first name it was registered by, the first of
+    its keys in ``state_dict()``; ``nnx.state`` keeps one of its keys by its own order. So
+    ``{tied_keys(m, keys).get(k, k)}`` names each leaf of ``nnx.state(m)`` as torch's ``named_parameters()``
+    does. Empty for a model without shared variables.
+    """
+    rank = {key: i for i, key in enumerate(torch_keys)}
+    groups: dict[int, list[str]] = {}
+    for key, var in module_state(module).items():
+        groups.setdefault(id(var), []).append(key)
+    tied = {}
+    for keys in groups.values():
+        if len(keys) > 1:
+            kept = min(keys, key=lambda k: rank.get(k, len(rank)))
+            tied.update({key: kept for key in keys if key != kept})
+    return tied
+
+
+def _walk(node: Any, path: tuple, above: set[int]):
+    """``(path, variable)`` for every variable reachable from ``node``, shared ones once per path.
+
+    Children are visited in the order of their attributes (``vars``: the order they were set in, for a module
+    built by its constructor), and a node is never entered again below itself (a reference back up the tree).
+    """
+    if isinstance(node, nnx.Variable):
+        yield path, node
+        return
+    if not graph.is_node(node) or id(node) in above:
+        return
+    children, _ = graph.get_node_impl(node).flatten(node)
+    if hasattr(node, "__dict__"):
+        order = {name: i for i, name in enumerate(vars(node))}
+        children = sorted(children, key=lambda item: order.get(item[0], len(order)))
+    above = above | {id(node)}
+    for key, child in children:
+        if _DATA_ELEM is not None and isinstance(child, _DATA_ELEM):  # flax >= 0.11 wraps each child's value
+            child = child.value
+        yield from _walk(child, (*path, key), above)
 
 
 def _read(source) -> Mapping[str, Any]:

@@ -39,7 +39,7 @@ from flax import nnx
 import jax_impl.optim
 import jax_impl.random
 from parity.compare import ComparisonReport, compare
-from parity.convert.modules import module_state
+from parity.convert.modules import module_state, tied_keys
 from parity.floor import FLOOR_FACTOR
 from parity.port.inputs import example_arguments
 from parity.port.trace import set_training
@@ -194,8 +194,10 @@ def _leaf_floors(expected, got, reference, rtol: float, atol: float) -> dict[str
     return floors
 
 
-def _flat(state) -> dict:
-    return {".".join(map(str, path)): v[...] for path, v in nnx.to_flat_state(state)}
+def _flat(state, tied: dict[str, str]) -> dict:
+    """``state``'s leaves under torch's names: a shared parameter (``tied``) under the name torch keeps."""
+    flat = {".".join(map(str, path)): v[...] for path, v in nnx.to_flat_state(state)}
+    return {tied.get(key, key): value for key, value in flat.items()}
 
 
 def _state(model) -> dict:
@@ -271,11 +273,12 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
 
     (_, (j_outputs, j_rest)), grads = jax.jit(jax.value_and_grad(loss_of, has_aux=True))(params)
     stepped = nnx.merge(graphdef, params, j_rest)
+    tied = tied_keys(twin, torch_module.state_dict())
     buffer_keys = set(expected["train buffers"])
     tx = jax_impl.optim.sgd(lr=_SGD_LR)
     new_params, _ = tx.step(grads, tx.init(params), params)
     got = dict(zip(PHASES, (j_eval, j_outputs, {k: v for k, v in _state(stepped).items() if k in buffer_keys},
-                            _flat(grads), _flat(new_params))))
+                            _flat(grads, tied), _flat(new_params, tied))))
 
     rows = []
     for phase in PHASES:

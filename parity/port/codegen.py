@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import inspect
 import keyword
-import operator
 import re
 
 import torch
 import torch.fx
 
 from parity.port.errors import FALLBACK, PortError
+from parity.port.inplace import check_in_place, follow_in_place
 from parity.port.layers import layer_class, layer_source
 from parity.port.mapping import render_call_function, render_call_method
 from parity.port.render import Renderer
@@ -31,7 +31,6 @@ from parity.port.values import guard
 __all__ = ["generate", "port_source"]
 
 _INDENT = "    "
-_INPLACE_FUNCTIONS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, torch.relu_}
 _GLOBAL_NAMES = {"F", "jnp", "math", "nn", "nnx", "OrderedDict", "self", *HELPERS}
 
 
@@ -118,14 +117,16 @@ class _InitWriter:
     def module(self, module: torch.nn.Module, path: str) -> str:
         if is_torch_leaf(module):
             return layer_source(module, path)
+        # Every child name, a layer registered twice included (named_children() lists it once): the container
+        # keeps torch's length, and _ties below makes the later name the first one's module.
+        children = [(name, child) for name, child in module._modules.items() if child is not None]
         if isinstance(module, torch.nn.Sequential):
-            children = list(module.named_children())
             if [name for name, _ in children] == [str(i) for i in range(len(children))]:
                 return self._call("nn.Sequential", [self.module(c, f"{path}.{n}") for n, c in children])
             pairs = [f"({n!r}, {self.module(c, f'{path}.{n}')})" for n, c in children]
             return "nn.Sequential(OrderedDict(" + self._call("", pairs, brackets="[]") + "))"
         if isinstance(module, torch.nn.ModuleList):
-            items = [self.module(c, f"{path}.{n}") for n, c in module.named_children()]
+            items = [self.module(c, f"{path}.{n}") for n, c in children]
             return "nn.ModuleList(" + self._call("", items, brackets="[]") + ")"
         return self._holder(module, path)
 
@@ -152,25 +153,44 @@ class _InitWriter:
         return self._call(name, items)
 
 
-def _mutated_input(node: torch.fx.Node, root: torch.nn.Module) -> bool:
-    if node.op == "call_method":
-        return node.target.endswith("_") and not node.target.endswith("__")
-    if node.op == "call_function":
-        return node.target in _INPLACE_FUNCTIONS or node.kwargs.get("inplace") is True
-    if node.op == "call_module":
-        return getattr(root.get_submodule(node.target), "inplace", False) is True
-    return False
+def _member_ref(root: torch.nn.Module, key: str) -> str:
+    """The twin's expression for the member at dotted ``key`` (a submodule, parameter or buffer)."""
+    owner, _, name = key.rpartition(".")
+    base = _module_ref(root, owner)
+    return f"{base}.{name}" if _is_identifier(name) and not (owner and name.isdigit()) else f"getattr({base}, {name!r})"
 
 
-def _check_in_place(node: torch.fx.Node, root: torch.nn.Module, order: dict, r: Renderer) -> None:
-    """An in-place op is a plain one in JAX; that differs from torch only if the old value is read again."""
-    source = node.args[0] if node.args else None
-    if not isinstance(source, torch.fx.Node) or not _mutated_input(node, root):
-        return
-    later = sorted((u for u in source.users if order[u] > order[node]), key=order.get)
-    if later:
-        raise r.fail(f"it modifies {source.name!r} in place and {later[0].name!r} reads it afterwards "
-                     "(JAX arrays are immutable; make the op out-of-place in torch, e.g. inplace=False)")
+def _ties(root: torch.nn.Module) -> list[str]:
+    """Statements that share the twin's members as torch shares them: a parameter, buffer or submodule
+    registered under several names (tied weights, ``self.head.weight = self.embed.weight``) becomes one nnx
+    variable or module under each name, so its gradient sums every use, as torch's does.
+
+    The first name in torch's registration order (the one ``named_parameters()`` keeps) is built; each later
+    name is set to it. The holders and layers built above still make their own (unused) initial value for
+    it, which the state dict's value replaces.
+    """
+    lines: list[str] = []
+    first: dict[int, str] = {}
+
+    def tie(key: str, kept: str) -> None:
+        owner, _, name = key.rpartition(".")
+        lines.append(f"setattr({_module_ref(root, owner)}, {name!r}, {_member_ref(root, kept)})")
+
+    def visit(module: torch.nn.Module, path: str) -> None:
+        members = [*module._parameters.items(), *module._buffers.items()]
+        for name, value in [*members, *module._modules.items()]:
+            if value is None:
+                continue
+            key = f"{path}.{name}" if path else name
+            if id(value) in first:
+                tie(key, first[id(value)])
+                continue
+            first[id(value)] = key
+            if isinstance(value, torch.nn.Module):  # jax_impl's layers keep torch's names for their members too
+                visit(value, key)
+
+    visit(root, "")
+    return lines
 
 
 def _get_attr(node: torch.fx.Node, root: torch.nn.Module, r: Renderer) -> str:
@@ -205,6 +225,7 @@ def _statement(node: torch.fx.Node, r: Renderer) -> str | None:
 def _body(graph: torch.fx.Graph, root: torch.nn.Module, mode: bool) -> tuple[list[str], list[str], set[str]]:
     """``(parameters, statements, helpers)`` of ``__call__`` for one traced graph."""
     r = Renderer(mode)
+    follow_in_place(graph, root)
     order = {node: i for i, node in enumerate(graph.nodes)}
     taken = {node.name for node in graph.nodes}
     params, lines = [], []
@@ -229,7 +250,9 @@ def _body(graph: torch.fx.Graph, root: torch.nn.Module, mode: bool) -> tuple[lis
         if statement is not None:
             lines.append(statement)
             continue
-        _check_in_place(node, root, order, r)
+        refusal = check_in_place(node, root, order)
+        if refusal is not None:
+            raise r.fail(refusal)
         if node.op == "call_module":
             module = root.get_submodule(node.target)
             if layer_class(module) is None:
@@ -267,6 +290,7 @@ def generate(module: torch.nn.Module, traces: Traces) -> str:
     init = []
     for name, source in writer.members(module, ""):
         init.append(f"self.{name} = {source}" if _is_identifier(name) else f"setattr(self, {name!r}, {source})")
+    init += _ties(module)
     torch_name = f"{type(module).__module__}.{type(module).__qualname__}"
     cls = (
         f"class {class_name}(nn.Module):\n"

@@ -82,7 +82,7 @@ def instantiate(cls: type, torch_module: torch.nn.Module) -> nnx.Module:
     finally:
         jax_impl.random.set_rng_state(rng_state)
     variables = module_state(twin)
-    if len(jax.tree.leaves(nnx.state(twin))) != len(variables):
+    if len(jax.tree.leaves(nnx.state(twin))) != len({id(var) for var in variables.values()}):
         raise RuntimeError(f"{cls.__name__} holds state that is no torch parameter or buffer (e.g. RNG keys)")
     for key, var in variables.items():
         dtype = state_dict[key].dtype if key in state_dict else None

@@ -250,15 +250,23 @@ def _arange(r, start, end=None, step=1, *, dtype=None, device=None, layout=None,
     return f"jnp.arange({', '.join(r(a) for a in args)}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
 
 
+def _shape(r, size) -> str:
+    """A factory's size arguments (``*size`` or one sequence) as the twin's shape. One traced value (timm's
+    ``shape = (x.shape[0],) + (1,) * (x.ndim - 1)``, a tuple the twin computes) is passed as it is: an int or a
+    tuple, either of which ``jnp.zeros`` takes."""
+    if len(size) == 1 and isinstance(size[0], torch.fx.Node):
+        return r(size[0])
+    return r(_sizes(size))
+
+
 def _filled(jnp_name, fill=None):
     """``torch.zeros`` / ``ones`` / ``full``: a float fill without ``dtype`` is torch's default dtype."""
     def render(r, *args, dtype=None, device=None, layout=None, pin_memory=False, requires_grad=False):
         size, value = (args[:-1], args[-1]) if fill is None else (args, fill)
-        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
         if dtype is None and isinstance(value, float):
             dtype = torch.get_default_dtype()
         value_text = f", {r(value)}" if fill is None else ""
-        return f"jnp.{jnp_name}({r(tuple(size))}{value_text}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
+        return f"jnp.{jnp_name}({_shape(r, size)}{value_text}" + (f", dtype={r(dtype)})" if dtype is not None else ")")
 
     return render
 
@@ -347,6 +355,26 @@ def _bernoulli(r, p, *, generator=None, out=None):
     if generator is not None or out is not None:
         raise r.fail("torch.bernoulli with generator= or out= is not mapped")
     return f"staged.bernoulli({r(p)})"
+
+
+def _bernoulli_fill(r, x, p=0.5, *, generator=None):
+    """``x.bernoulli_(p)``: ``x`` filled with torch's draws (a number ``p``: its scalar kernel, dropout's)."""
+    if generator is not None:
+        raise r.fail("Tensor.bernoulli_ with generator= is not mapped")
+    return f"staged.bernoulli_fill({r(x)}, {r(p)})"
+
+
+def _normal_fill(r, x, mean=0.0, std=1.0, *, generator=None):
+    """``x.normal_(mean, std)``: ``x`` filled with torch's normals."""
+    if generator is not None:
+        raise r.fail("Tensor.normal_ with generator= is not mapped")
+    if isinstance(mean, torch.fx.Node) or isinstance(std, torch.fx.Node):
+        raise r.fail("Tensor.normal_ with a tensor mean or std is not mapped (torch takes numbers)")
+    return f"staged.normal_fill({r(x)}, {r(mean)}, {r(std)})"
+
+
+# In-place draws fill their tensor: x.bernoulli_(p) is not x.bernoulli() (whose probabilities are x).
+_FILLING_METHODS = {"bernoulli_": _bernoulli_fill, "normal_": _normal_fill}
 
 
 def _torch_dropout(r, x, p, train):
@@ -695,7 +723,7 @@ def _new_filled(jnp_name: str, full: bool = False):
     def render(r, x, *args, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
         size, fill = (args[:-1], f", {r(args[-1])}") if full else (args, "")
         dtype_text = f"{r(x)}.dtype" if dtype is None else r(dtype)
-        return f"jnp.{jnp_name}({r(_sizes(size))}{fill}, dtype={dtype_text})"
+        return f"jnp.{jnp_name}({_shape(r, size)}{fill}, dtype={dtype_text})"
 
     return render
 
@@ -704,6 +732,11 @@ def _new_tensor(r, x, data, dtype=None, device=None, requires_grad=False, layout
     if isinstance(data, torch.fx.Node):
         raise r.fail("x.new_tensor(tensor) (a detached copy) is not mapped; use tensor.clone().detach()")
     return f"jnp.asarray({r(data)}, dtype={r(x) + '.dtype' if dtype is None else r(dtype)})"
+
+
+def _unfold(r, x, dimension, size, step):
+    """``x.unfold(dimension, size, step)`` (sliding windows as a new last dimension; not ``F.unfold``)."""
+    return _helper_call(r, "torch_unfold", (x, dimension, size, step), {})
 
 
 def _copy(r, x, src, non_blocking=False):
@@ -743,7 +776,7 @@ _METHODS.update({
     "expand_as": _as_shape("broadcast_to"), "view_as": _as_shape("reshape"), "reshape_as": _as_shape("reshape"),
     "new_zeros": _new_filled("zeros"), "new_ones": _new_filled("ones"), "new_empty": _new_filled("zeros"),
     "new_full": _new_filled("full", full=True), "new_tensor": _new_tensor, "nelement": _numel, "ndimension": _dim,
-    "copy": _copy, "fill": _fill, "zero": _zero, "where": _tensor_where,
+    "copy": _copy, "fill": _fill, "zero": _zero, "where": _tensor_where, "unfold": _unfold,
 })
 _FUNCTIONS.update({getattr(torch, name): _METHODS[name] for name in (
     "flip", "roll", "tile", "repeat_interleave", "unbind", "gather", "scatter", "scatter_add", "index_select",
@@ -778,6 +811,8 @@ def _apply(r: Renderer, what: str, render, args, kwargs) -> str:
 
 def render_call_method(r: Renderer, name: str, args, kwargs) -> str:
     """The expression for ``args[0].name(*args[1:], **kwargs)``; in-place ``name_`` as ``name``."""
+    if name in _FILLING_METHODS:
+        return _apply(r, f"Tensor.{name}", _FILLING_METHODS[name], args, kwargs)
     base = name[:-1] if name.endswith("_") and not name.endswith("__") else name
     render = _METHODS.get(base)
     if render is None:
@@ -793,6 +828,9 @@ def render_call_function(r: Renderer, target, args, kwargs) -> str:
         return f"{_UNARY[target]}{r(args[0])}"
     if target is operator.getitem and len(args) == 2 and not kwargs:
         return f"{r(args[0])}[{r.index(args[1])}]"
+    if target is operator.setitem and len(args) == 3 and not kwargs:  # x[i] = y, in x's dtype (torch's copy)
+        x = r(args[0])
+        return f"{x}.at[{r.index(args[1])}].set(jnp.asarray({r(args[2])}, {x}.dtype))"
     if target is builtins.getattr and len(args) == 2 and args[1] in _CONJUGATE_ATTRIBUTES and not kwargs:
         return f"jnp.conj({r(args[0])}.{_CONJUGATE_ATTRIBUTES[args[1]]})"
     if target is builtins.getattr and len(args) == 2 and args[1] in ("values", "indices") and not kwargs \

@@ -35,11 +35,14 @@ import inspect
 import math
 import operator
 import traceback
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.fx
 
+from parity.port import host_random
 from parity.port.errors import FALLBACK, PortError, node_description, user_line
 from parity.port.values import MISSING, ExampleFailure, ExampleValues, ValueProxy
 
@@ -108,10 +111,16 @@ class _Tracer(torch.fx.Tracer):
         else:
             why = "it depends on tensor values, which the twin cannot know when it is traced"
         where = _current_user_line()
-        raise PortError(f"cannot trace: {node_description(obj.node)} {what}" + (f" at {where}" if where else "")
-                        + f"; {why}. Fallback: {FALLBACK}")
+        described = node_description(obj.node)  # where the value was made; `where` is where it is used
+        raise PortError(f"cannot trace: {described} {what}" + (f" at {where}" if where and where not in described
+                                                                 else "") + f"; {why}. Fallback: {FALLBACK}")
 
     def to_bool(self, obj):
+        where = _current_user_line() or ""
+        if where.split(": ", 1)[-1].startswith("assert ") and self.values.depends_on_data(obj.node):
+            # A sanity check on tensor values (`assert (output == hidden).all()`) changes no result: it held on
+            # the example input as torch ran it, and the twin, which cannot branch on traced values, leaves it out.
+            return bool(self.values.get(obj.node))
         return bool(self.values.static(obj, "is used as a Python bool (control flow: if/while/and/or/assert)"))
 
     def iter(self, obj):
@@ -284,6 +293,15 @@ def _trace_once(module: torch.nn.Module, mode: bool, example) -> torch.fx.Graph:
     return graph
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside this package (the user's call)."""
+    package = Path(__file__).resolve().parent.parent
+    frame, level = inspect.currentframe().f_back, 1
+    while frame is not None and package in Path(frame.f_code.co_filename).resolve().parents:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def set_training(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
     """``module.train(mode)`` as ``torch.nn.Module.train`` does it (``training`` set on every submodule),
     without calling a ``train`` the model overrides: forward-forward's layers, for one, define
@@ -304,7 +322,18 @@ def trace(module: torch.nn.Module, example=None) -> Traces:
 
     Raises:
       PortError: the model cannot be traced; the message names the node and the source line.
+
+    Warns:
+      HostRandomWarning: ``forward`` drew from Python's or NumPy's random state (:mod:`parity.port.host_random`).
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"parity.port expects a torch.nn.Module, got {type(module).__name__}")
-    return Traces(train=_trace_once(module, True, example), eval=_trace_once(module, False, example))
+    with host_random.watch() as draws:
+        traces = Traces(train=_trace_once(module, True, example), eval=_trace_once(module, False, example))
+    if draws:
+        warnings.warn(f"forward draws from Python's or NumPy's random state ({draws[0]}"
+                      + (f", and {len(draws) - 1} more calls" if len(draws) > 1 else "")
+                      + "): the twin replays the numbers drawn while tracing on every call, where torch's model "
+                      "draws anew; draw with torch (torch.rand) for the twin to draw torch's numbers",
+                      host_random.HostRandomWarning, stacklevel=_caller_level())
+    return traces

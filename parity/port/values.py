@@ -27,6 +27,8 @@ import operator
 import torch
 import torch.fx
 
+from parity.port.errors import FALLBACK, PortError, node_description
+
 __all__ = ["MISSING", "ExampleFailure", "ExampleValues", "ValueProxy", "guard"]
 
 MISSING = object()  # a node whose value is unknown: traced without an example input
@@ -104,6 +106,19 @@ class ValueProxy(torch.fx.Proxy):
     def __float__(self) -> float:
         return float(self.tracer.values.static(self, "is converted with float()"))
 
+    def __setitem__(self, index, value) -> None:
+        """``x[index] = value``: a node that changes ``x`` in place (``operator.setitem``), or, for a boolean
+        mask and a number, ``x.masked_fill_(mask, value)``; the twin writes either as a new array
+        (:mod:`parity.port.inplace`)."""
+        mask = self.tracer.values.get(index.node) if isinstance(index, torch.fx.Proxy) else None
+        if _is_tensor(mask) and mask.dtype == torch.bool:
+            if isinstance(value, torch.fx.Proxy):
+                self.tracer.refuse(index, "indexes an assignment of a tensor (x[mask] = tensor: the number of "
+                                          "elements it selects depends on tensor values)", mask)
+            self.tracer.create_proxy("call_method", "masked_fill_", (self, index, value), {})
+            return
+        self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
 
 class ValueAttribute(torch.fx.proxy.Attribute, ValueProxy):
     """fx's lazy attribute proxy (``x.size`` before the call) with :class:`ValueProxy`'s answers."""
@@ -179,6 +194,12 @@ class ExampleValues:
                 return True
         return False
 
+    def depends_on_data(self, node: torch.fx.Node) -> bool:
+        """Whether ``node``'s example value is a tensor or was read from one's values (``.item()``, a
+        comparison's ``.all()``), not a static fact such as a size."""
+        value = self.get(node)
+        return value is not MISSING and (_is_tensor(value) or node in self._data)
+
     def static(self, proxy: torch.fx.Proxy, how: str):
         """The Python value of a static fact, guarded in the graph; ``PortError`` for tensor values."""
         value = self.get(proxy.node)
@@ -192,6 +213,10 @@ class ExampleValues:
         value = self.get(proxy.node)
         if value is MISSING or proxy.node in self._data or (_is_tensor(value) and value.dim() == 0):
             self.tracer.refuse(proxy, "has its length taken with len()", value)
+        if not hasattr(value, "__len__"):  # torch.tensor([size]) asks a traced number for its length
+            raise PortError(f"cannot trace: {node_description(proxy.node)} is a number ({value!r}) that torch code "
+                            f"takes as a sequence (torch.tensor([...]) of a traced size is not mapped; keep sizes as "
+                            f"Python ints, e.g. x.size(2) - y.size(2)). Fallback: {FALLBACK}")
         size = self.tracer.create_proxy("call_function", len, (proxy,), {})
         self.tracer.create_proxy("call_function", guard, (size, len(value), self.where() or "forward"), {})
         return len(value)

@@ -335,3 +335,24 @@ class NoisyDenoiser(torch.nn.Module):
         keep = torch.bernoulli(torch.sigmoid(x))
         z = torch.randn(x.size(0), 6) + torch.zeros(4, 6)
         return self.fc(n * keep + u * z) + t[:, None]
+
+
+class TiedClassifier(nn.Module):
+    """A classifier on 8x8 digits with a weight shared by two layers and a layer applied through two names."""
+
+    def __init__(self, hidden: int = 16) -> None:
+        super().__init__()
+        self.inp = nn.Linear(64, hidden)
+        self.mid = nn.Linear(hidden, hidden)
+        self.mid2 = nn.Linear(hidden, hidden)
+        self.mid2.weight = self.mid.weight
+        self.blocks = nn.ModuleList([nn.Linear(hidden, hidden)])
+        self.blocks.append(self.blocks[0])
+        self.out = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        x = F.relu(self.inp(torch.flatten(x, 1)))
+        x = F.relu(self.mid2(F.relu(self.mid(x))))
+        for block in self.blocks:
+            x = F.relu(block(x))
+        return self.out(x)

@@ -1,5 +1,5 @@
-"""Models nobody here wrote port as written: the official PyTorch examples' classes (``tests/port/corpus``),
-copied verbatim, each ported from its example input and checked against torch in float64 and float32
+"""Models nobody here wrote port as written: the official PyTorch examples' classes and public model definitions
+(nanoGPT, ConvNeXt with timm's stochastic depth) in ``tests/port/corpus``, copied verbatim, each ported from its example input and checked against torch in float64 and float32
 (eval and train forward with torch's dropout masks and noise, buffers, gradients, one SGD step). Their
 building blocks (fast neural style's reflection-padded ``ConvLayer`` and ``ResidualBlock``, super-resolution's
 ``PixelShuffle`` and orthogonal init) port as parts of these whole models."""

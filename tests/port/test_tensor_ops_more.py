@@ -17,6 +17,7 @@ from jax.extend.core import jaxpr_as_fun
 
 import parity
 from parity.port import PortError
+from tests._tiers import slow_after
 
 SHAPE = (3, 4, 5)
 
@@ -479,3 +480,31 @@ def test_nan_orders_and_degenerate_corrections_are_torchs(x64):
                                       torch.var(x[1:], 1, correction=correction).numpy())
         np.testing.assert_array_equal(np.asarray(torch_var(a[:1, [0, 2]], 1, correction)),
                                       torch.var(x[:1, [0, 2]], 1, correction=correction).numpy())
+
+
+class Windows(_Weighted):
+    """``Tensor.unfold`` over a seeded grid of (dimension, size, step): patches (``step == size``, a reshape),
+    overlapping windows (their gradients summed per element), gaps between windows, negative dimensions."""
+
+    def __init__(self, cases) -> None:
+        super().__init__()
+        self.cases = cases
+
+    def ops(self, h):
+        return tuple(h.unfold(dim, size, step) for dim, size, step in self.cases)
+
+
+def _window_cases(seed: int, count: int = 6):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        dim = int(rng.integers(-3, 3))
+        length = SHAPE[dim]
+        size = int(rng.integers(1, length + 1))
+        cases.append((dim, size, int(rng.integers(1, length + 1))))
+    return cases + [(2, 5, 5), (1, 2, 2), (-1, 2, 1)]
+
+
+@pytest.mark.parametrize("seed", slow_after([0, 1]))  # the second grid: slow tier
+def test_unfold_ports(x64, seed):
+    _check(Windows(_window_cases(seed)), _smooth(seed))

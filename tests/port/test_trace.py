@@ -1,6 +1,9 @@
-"""Models fx cannot trace, and nodes with no mapping: one clear error naming the node and the fallback."""
+"""Models fx cannot trace, and nodes with no mapping: one clear error naming the node and the fallback; what the
+trace takes from the example input instead (an assert on tensor values, Python's random draws, with a warning)."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
@@ -8,6 +11,7 @@ import torch.nn as nn
 
 import parity
 from parity.port import PortError
+from parity.port.host_random import HostRandomWarning
 from tests.port import models
 
 
@@ -49,8 +53,9 @@ class _UnknownLayer(nn.Module):
 class _InPlaceAlias(nn.Module):
     def forward(self, x):
         y = x * 2
-        z = y.relu_()  # noqa: F841 - torch changes y itself; the twin could not
-        return y + 1
+        first = y[0]  # a view: torch's relu_ below changes it too; the twin could not
+        y.relu_()
+        return first + 1
 
 
 @pytest.mark.parametrize("model, node, why", [
@@ -103,3 +108,57 @@ def test_porting_the_same_model_again_reuses_its_twin_module():
     for _ in range(3):
         again = parity.port(model, torch.zeros(2, 3))
     assert len(sys.modules) == count and type(again) is type(first)
+
+
+class _CheckedDecoder(nn.Module):
+    """A decoder step with a sanity check on tensor values, as bentrevett/pytorch-seq2seq's attention decoder."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(3, 3)
+
+    def forward(self, x, hidden):
+        output, hidden = self.rnn(x, hidden)
+        assert (output == hidden).all()
+        return output
+
+
+def test_an_assert_on_tensor_values_holds_on_the_example_and_is_left_out(x64):
+    """The assert changes no result: it held as torch ran the example, and the twin does not check it."""
+    model = _CheckedDecoder().double()
+    example = (torch.randn(1, 2, 3, dtype=torch.float64), torch.randn(1, 2, 3, dtype=torch.float64))
+    assert "raise" not in parity.port.port_source(model, example).split("def __call__")[1]
+    assert parity.port.check_port(model, example_input=example).passed
+
+
+class _TeacherForcing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        out = self.fc(x[0])
+        for t in range(1, x.shape[0]):
+            out = self.fc(x[t] if random.random() < 0.5 else out)
+        return out
+
+
+def test_a_python_random_draw_in_forward_warns_with_its_line():
+    with pytest.warns(HostRandomWarning, match=r"random\.random at .*test_trace\.py:\d+: .*random\.random\(\) < 0\.5"):
+        parity.port(_TeacherForcing(), torch.randn(3, 2, 3))
+
+
+class _TensorOfASize(nn.Module):
+    """The older milesial/Pytorch-UNet ``Up.forward``: padding computed as a tensor of a size difference."""
+
+    def forward(self, x1, x2):
+        diff = torch.tensor([x2.size()[2] - x1.size()[2]])
+        return torch.cat([x2, torch.nn.functional.pad(x1, [diff // 2, diff - diff // 2, 0, 0])], dim=1)
+
+
+def test_a_tensor_of_a_traced_size_names_its_line_once():
+    with pytest.raises(PortError) as info:
+        parity.port(_TensorOfASize(), (torch.randn(2, 2, 4, 4), torch.randn(2, 2, 5, 4)))
+    message = str(info.value)
+    assert "torch.tensor([...]) of a traced size is not mapped" in message
+    assert message.count("diff = torch.tensor([x2.size()[2] - x1.size()[2]])") == 1

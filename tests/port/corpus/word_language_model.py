@@ -162,6 +162,10 @@ def _rnn_inputs(g, dtype):
 
 CASES = {
     "word_language_model.RNNModel": (lambda: RNNModel("LSTM", 20, 8, 6, 2, dropout=0.3), _rnn_inputs),
+    # The example's --tied: the decoder's weight is the encoder's (one parameter, its gradient both uses').
+    "word_language_model.RNNModel-tied": (lambda: RNNModel("GRU", 20, 6, 6, 2, dropout=0.3, tie_weights=True),
+                                          lambda g, dtype: (torch.randint(0, 20, (5, 3), generator=g),
+                                                            torch.randn(2, 3, 6, generator=g, dtype=dtype))),
     "word_language_model.TransformerModel": (lambda: TransformerModel(20, 8, 2, 16, 2, dropout=0.2),
                                              lambda g, dtype: (torch.randint(0, 20, (5, 3), generator=g),)),
 }
