@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from jax_impl import amp
 from jax_impl.nn import functional as JF
+from tests._cpu import AVX512
 
 
 def _r(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
@@ -130,6 +131,9 @@ def test_bf16_gemm_and_conv_match_torchs_kernels(name, torch_fn, jax_fn, arrays)
     # (jitted): outputs and float32 gradients bit-identical, except 1 of conv2d's 16384 outputs and 1 of its
     # 864 weight-gradient elements, where a float32 sum in another order lands across a bf16 rounding
     # boundary (1 bf16 ULP). Bound: 1 element, or 1 in 1000.
+    if not AVX512 and name != "linear":
+        pytest.skip("torch runs bf16 convolutions on oneDNN only on CPUs with AVX-512 (mkldnn_bf16_device_check); "
+                    "elsewhere its slow_conv kernels, which jax_impl does not reproduce")
     (y_t, y_j), *grads = _forward_and_grads(torch_fn, jax_fn, arrays)
     assert np.count_nonzero(y_t != y_j) <= max(1, y_t.size // 1000)
     np.testing.assert_allclose(y_j, y_t, rtol=2.0 ** -8, atol=0)

