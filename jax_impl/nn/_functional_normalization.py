@@ -1,4 +1,4 @@
-"""torch.nn.functional's ``layer_norm``, ``group_norm`` and ``rms_norm``.
+"""torch.nn.functional's ``layer_norm``, ``group_norm``, ``rms_norm`` and ``normalize``.
 
 Each normalises with the biased variance and ``1 / sqrt(var + eps)``, as
 torch's CPU kernels (``aten/src/ATen/native/layer_norm.cpp``,
@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 
-__all__ = ["group_norm", "layer_norm", "rms_norm"]
+from jax_impl.tensor_ops import torch_vector_norm
+
+__all__ = ["group_norm", "layer_norm", "normalize", "rms_norm"]
 
 
 def _normalized_axes(x, normalized_shape, fn: str) -> tuple[int, ...]:
@@ -121,3 +123,18 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
     eps = float(jnp.finfo(x.dtype).eps) if eps is None else eps
     y = (xu * (1 / jnp.sqrt(jnp.mean(xu * xu, axis=axes, keepdims=True) + jnp.asarray(eps, work)))).astype(x.dtype)
     return y if weight is None else y * weight
+
+
+def normalize(input, p: float = 2.0, dim: int | Sequence[int] = 1, eps: float = 1e-12):
+    """``torch.nn.functional.normalize``: ``input / max(||input||_p, eps)`` along ``dim``.
+
+    torch's composition, ``input / input.norm(p, dim, keepdim=True).clamp_min(eps)``: the norm's gradient is
+    torch's ``norm_backward`` (zero for a zero vector, :func:`jax_impl.tensor_ops.torch_vector_norm`), and
+    ``clamp_min``'s passes where the norm is at least ``eps`` (none flows through the clamp below it).
+    """
+    input = jnp.asarray(input)
+    if not jnp.issubdtype(input.dtype, jnp.floating) and not jnp.issubdtype(input.dtype, jnp.complexfloating):
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. "
+                           f"Got {str(input.dtype).capitalize()}")
+    norm = torch_vector_norm(input, p, dim, keepdim=True)
+    return input / jnp.where(norm >= eps, norm, jnp.asarray(eps, norm.dtype))

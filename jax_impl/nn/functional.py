@@ -74,7 +74,7 @@ from jax_impl.nn._functional_gaussian_nll_loss import gaussian_nll_loss  # noqa:
 from jax_impl.nn._functional_poisson_nll_loss import poisson_nll_loss  # noqa: F401
 from jax_impl.nn._functional_linear_cross_entropy import linear_cross_entropy  # noqa: F401
 from jax_impl.nn._functional_norm import batch_norm  # noqa: F401
-from jax_impl.nn._functional_normalization import group_norm, layer_norm, rms_norm  # noqa: F401
+from jax_impl.nn._functional_normalization import group_norm, layer_norm, normalize, rms_norm  # noqa: F401
 from jax_impl.nn._functional_sparse import embedding  # noqa: F401
 from jax_impl.nn._functional_instancenorm import instance_norm  # noqa: F401
 from jax_impl.nn._functional_pixelshuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jax_impl.nn import functional as F
+from tests._tiers import slow_after
 
 FEW = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -319,3 +320,27 @@ def test_max_pool_propagates_nan_like_torch():
         fn = getattr(F, f"max_pool{nd}d")
         for got in (fn(x, k, s, 0, d), jax.jit(lambda x: fn(x, k, s, 0, d))(x)):
             np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("seed", slow_after(range(6), 2))
+def test_normalize_matches_torch(seed):
+    """``F.normalize`` over a seeded grid of ``p``, ``dim`` and ``eps``, slices of zeros and of tiny norms
+    included: float64 values and input gradients within 1e-12 (measured 2.2e-16 relative; 9.1e-13 absolute
+    at the maximum of a ``p=inf`` slice, where torch's gradient is the rounding residue of an exact 0),
+    torch's zero gradient through a norm clamped at ``eps``."""
+    rng = np.random.default_rng(seed)
+    p = [2.0, 1.0, 3.0, float("inf"), 0.5][seed % 5]
+    shape = tuple(int(n) for n in rng.integers(1, 5, size=int(rng.integers(1, 4))))
+    dim = int(rng.integers(-len(shape), len(shape)))
+    eps = [1e-12, 1e-3, 0.5][seed % 3]
+    x = rng.standard_normal(shape)
+    x[(slice(None),) * (dim % len(shape)) + (0,)] *= [0.0, 1e-4][seed % 2]  # a slice of zeros / tiny values
+    cot = rng.standard_normal(shape)
+    t = torch.tensor(x, requires_grad=True)
+    (TF.normalize(t, p=p, dim=dim, eps=eps) * torch.tensor(cot)).sum().backward()
+    with jax.enable_x64(True):
+        ours = F.normalize(jnp.asarray(x), p=p, dim=dim, eps=eps)
+        grad = jax.grad(lambda v: (F.normalize(v, p=p, dim=dim, eps=eps) * cot).sum())(jnp.asarray(x))
+    theirs = TF.normalize(torch.tensor(x), p=p, dim=dim, eps=eps).numpy()
+    np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(grad), t.grad.numpy(), rtol=1e-12, atol=1e-12)

@@ -31,7 +31,7 @@ from jax_impl.nn.modules.activation import (
 )
 from jax_impl.nn.modules.attention import MultiheadAttention
 from jax_impl.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
-from jax_impl.nn.modules.container import ModuleList, Sequential
+from jax_impl.nn.modules.container import ModuleDict, ModuleList, Sequential
 from jax_impl.nn.modules.conv import (
     Conv1d,
     Conv2d,
@@ -135,7 +135,7 @@ __all__ = [
     "CrossEntropyLoss", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "ELU", "Flatten", "GELU",
     "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "Identity", "KLDivLoss", "L1Loss", "LeakyReLU",
     "Linear", "LogSigmoid", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "Module",
-    "ModuleList", "NLLLoss", "PReLU", "ReLU", "ReLU6", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss",
+    "ModuleDict", "ModuleList", "NLLLoss", "PReLU", "ReLU", "ReLU6", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss",
     "Softmax", "Softplus", "Softsign", "SyncBatchNorm", "Tanh", "Tanhshrink", "Threshold", "Unflatten",
     "Embedding", "GroupNorm", "LayerNorm", "MultiheadAttention", "RMSNorm",
     "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",

@@ -1,4 +1,4 @@
-"""``torch.nn.Sequential`` and ``torch.nn.ModuleList`` with torch's child names.
+"""``torch.nn.Sequential``, ``ModuleList`` and ``ModuleDict`` with torch's child names.
 
 Children live under the attribute names torch gives them (``"0"``, ``"1"``,
 ... or the keys of an ``OrderedDict``), so ``nnx.state(model)`` paths equal
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from jax_impl.nn.modules.module import Module
 
-__all__ = ["ModuleList", "Sequential"]
+__all__ = ["ModuleDict", "ModuleList", "Sequential"]
 
 
 class _Indexed(Module):
@@ -91,3 +91,67 @@ class ModuleList(_Indexed):
         for module in modules:
             self.append(module)
         return self
+
+
+class ModuleDict(Module):
+    """``torch.nn.ModuleDict(modules=None)``: children under string keys, in insertion order.
+
+    Each child is an attribute named by its key, so ``nnx.state`` paths are torch's ``state_dict`` keys
+    (``"blocks.encoder.weight"``).
+    """
+
+    _keys: tuple[str, ...] = ()
+
+    def __init__(self, modules=None) -> None:
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str):
+        if key not in self._keys:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, module) -> None:
+        if not isinstance(key, str) or "." in key or key == "":
+            raise KeyError(f'module name can\'t contain ".", got: {key}' if "." in str(key)
+                           else f"module name should be a non-empty string, got {key!r}")
+        setattr(self, key, module)
+        if key not in self._keys:
+            self._keys = (*self._keys, key)
+
+    def __delitem__(self, key: str) -> None:
+        delattr(self, key)
+        self._keys = tuple(k for k in self._keys if k != key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def keys(self):
+        """The keys in insertion order."""
+        return list(self._keys)
+
+    def values(self):
+        """The children in insertion order."""
+        return [getattr(self, key) for key in self._keys]
+
+    def items(self):
+        """``(key, child)`` pairs in insertion order."""
+        return [(key, getattr(self, key)) for key in self._keys]
+
+    def pop(self, key: str):
+        """Remove ``key`` and return its child."""
+        module = self[key]
+        del self[key]
+        return module
+
+    def update(self, modules) -> None:
+        """Add ``(key, module)`` pairs from a mapping or an iterable of pairs."""
+        pairs = modules.items() if hasattr(modules, "items") else modules
+        for key, module in pairs:
+            self[key] = module
