@@ -21,11 +21,20 @@ verdict ``parity run`` gives float32 runs: rounding that torch's own float32
 run shows is no porting error (ill-conditioned BatchNorms with batch 2
 amplify it past any fixed bound), while a porting bug moves the twin away by
 far more than the floor.
+
+A float64 phase beyond tolerance has the same test against torch's float64
+floor: the distance of torch's own float64 run from a second one whose
+parameters, buffers and floating inputs are each moved by one rounding
+(multiplied by ``1 +- 2**-52``, the sign seeded). Summing in another order is
+such a rounding per operation, so a well-conditioned model stays within the
+tolerance and an ill-conditioned one (a spectral norm evaluated before its power
+iteration has converged divides by a small ``sigma`` in every layer) is judged
+by how far torch's own result moves; a porting bug still moves the twin by many
+orders of magnitude more.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -41,6 +50,7 @@ import jax_impl.random
 from parity.compare import ComparisonReport, compare
 from parity.convert.modules import module_state, tied_keys
 from parity.floor import FLOOR_FACTOR
+from parity.port.hooks import copy_model
 from parity.port.inputs import example_arguments
 from parity.port.trace import set_training
 
@@ -63,17 +73,19 @@ class PortCheck:
 
     Attributes:
       rows: ``(phase, report)`` pairs, each a :func:`parity.compare` report within the dtype's tolerance.
-      floors: float32 checks only: per phase beyond tolerance, per leaf beyond it, ``(twin, floor)``: the
-        twin's max absolute distance from torch, and torch's own float32 run's from its float64 run on
-        the same input.
+      floors: per phase beyond tolerance, per leaf beyond it, ``(twin, floor)``: the twin's max absolute
+        distance from torch, and torch's own: its float32 run's from its float64 run on the same input, or
+        (float64) its run's from its run with inputs and weights moved by one rounding.
+      floor_kind: ``"float32"`` or ``"float64"``, the floor's kind (the table's words).
     """
 
     rows: tuple[tuple[str, ComparisonReport], ...]
     floors: dict[str, dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    floor_kind: str = "float32"
 
     def passed_by(self, phase: str) -> str | None:
         """``"tolerance"``; ``"floor"``: every leaf beyond tolerance is within
-        :data:`~parity.floor.FLOOR_FACTOR` times torch's own float32-vs-float64 distance; ``None``: differs."""
+        :data:`~parity.floor.FLOOR_FACTOR` times torch's own distance (:attr:`floors`); ``None``: differs."""
         report = dict(self.rows)[phase]
         if report.passed:
             return "tolerance"
@@ -105,7 +117,8 @@ class PortCheck:
             by = self.passed_by(phase)
             if by == "floor":
                 leaf, twin, floor = self.worst_floor(phase)
-                verdict = f"ok by torch's float32 floor ({leaf}: {twin:.2g} <= {FLOOR_FACTOR:g} x {floor:.2g})"
+                verdict = (f"ok by torch's {self.floor_kind} floor ({leaf}: {twin:.2g} <= {FLOOR_FACTOR:g} x "
+                           f"{floor:.2g})")
             else:
                 verdict = "ok" if by else f"DIFFERS ({len(report.failures)} leaves)"
             lines.append(f"{phase:<15} {len(report.compared):>6} {_num(report.max_abs):>10} "
@@ -115,7 +128,9 @@ class PortCheck:
                      + ("the twin matches torch" if self.passed else "the twin DIFFERS from torch"))
         if any(self.passed_by(phase) == "floor" for phase, _ in self.rows):
             lines.append("torch's float32 floor: per leaf beyond tolerance, max |twin - torch| against torch's own "
-                         "max |f32 - f64| (its model in float64 on the same input)")
+                         "max |f32 - f64| (its model in float64 on the same input)" if self.floor_kind == "float32"
+                         else "torch's float64 floor: per leaf beyond tolerance, max |twin - torch| against torch's "
+                         "own distance when its inputs, parameters and buffers move by one rounding")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -152,11 +167,11 @@ def _default_losses(seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
 
 def _torch_phases(torch_module: torch.nn.Module, args: tuple, torch_loss: Callable, seed: int) -> dict:
     """torch's value of every phase (:data:`PHASES`), each on its own copy of the model."""
-    t_eval = set_training(copy.deepcopy(torch_module), False)
+    t_eval = set_training(copy_model(torch_module), False)
     torch.manual_seed(seed)  # a model that draws in eval mode too (a VAE's noise) draws the same numbers
     with torch.no_grad():
         expected = t_eval(*args)
-    t_train = set_training(copy.deepcopy(torch_module), True)
+    t_train = set_training(copy_model(torch_module), True)
     torch.manual_seed(seed)
     outputs = t_train(*args)
     torch_loss(outputs).backward()
@@ -167,6 +182,25 @@ def _torch_phases(torch_module: torch.nn.Module, args: tuple, torch_loss: Callab
     params = {k: p.detach() for k, p in t_train.named_parameters()}
     return dict(zip(PHASES, (expected, outputs.detach() if torch.is_tensor(outputs) else outputs,
                              buffers, grads, params)))
+
+
+def _rounded_once(value, seed: int):
+    """``value`` (a model or a pytree of tensors) with every floating tensor multiplied by ``1 +- 2**-52``
+    element by element, signs from a generator seeded by ``seed``: each value moved by about one rounding."""
+    generator = torch.Generator().manual_seed(seed + 2)
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
+        return t * (1 + signs * 2.0 ** -52)
+
+    if isinstance(value, torch.nn.Module):
+        with torch.no_grad():
+            for tensor in [*value.parameters(), *value.buffers()]:
+                if tensor.is_floating_point():
+                    tensor.copy_(move(tensor))
+        return value
+    return jax.tree.map(lambda t: move(t) if torch.is_tensor(t) and t.is_floating_point() else t, value,
+                        is_leaf=torch.is_tensor)
 
 
 def _pairs(expected, got, reference):
@@ -182,8 +216,9 @@ def _pairs(expected, got, reference):
 
 def _leaf_floors(expected, got, reference, rtol: float, atol: float) -> dict[str, tuple[float, float]]:
     """Per leaf beyond ``(rtol, atol)``: ``(twin, floor)``, the twin's max absolute distance from torch and
-    torch's own float32 run's from its float64 run. Absolute, not relative to the leaf's scale: a gradient
-    that is zero in exact arithmetic (a bias before a BatchNorm) is rounding noise in both float32 runs."""
+    the reference run's (torch in float64, or torch moved by one rounding). Absolute, not relative to the
+    leaf's scale: a gradient that is zero in exact arithmetic (a bias before a BatchNorm) is rounding noise in
+    both runs."""
     floors = {}
     for key, e, g, r in _pairs(expected, got, reference):
         if g is None or r is None or compare(e, g, rtol=rtol, atol=atol).passed:
@@ -254,7 +289,10 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
         # token ids and masks stay as they are
         args64 = jax.tree.map(lambda t: t.double() if torch.is_tensor(t) and t.is_floating_point() else t, args,
                               is_leaf=torch.is_tensor)
-        reference = _torch_phases(copy.deepcopy(torch_module).double(), args64, torch_loss, seed)
+        reference = _torch_phases(copy_model(torch_module).double(), args64, torch_loss, seed)
+    elif dtype == torch.float64:
+        reference = _torch_phases(_rounded_once(copy_model(torch_module), seed), _rounded_once(args, seed),
+                                  torch_loss, seed)
     expected = _torch_phases(torch_module, args, torch_loss, seed)
 
     eval_graph, eval_state = nnx.split(nnx.clone(twin).eval())
@@ -289,4 +327,4 @@ def check_port(torch_module: torch.nn.Module, twin: nnx.Module | None = None, ex
     if reference is not None:
         floors = {phase: _leaf_floors(expected[phase], got[phase], reference[phase], rtol, atol)
                   for phase, report in rows if not report.passed}
-    return PortCheck(rows=tuple(rows), floors=floors)
+    return PortCheck(rows=tuple(rows), floors=floors, floor_kind="float32" if dtype == torch.float32 else "float64")

@@ -20,6 +20,7 @@ import torch
 import torch.fx
 
 from parity.port.errors import FALLBACK, PortError
+from parity.port.hooks import normalization_source
 from parity.port.inplace import check_in_place, follow_in_place
 from parity.port.layers import layer_class, layer_source
 from parity.port.mapping import render_call_function, render_call_method
@@ -116,7 +117,7 @@ class _InitWriter:
 
     def module(self, module: torch.nn.Module, path: str) -> str:
         if is_torch_leaf(module):
-            return layer_source(module, path)
+            return normalization_source(module, layer_source(module, path))
         # Every child name, a layer registered twice included (named_children() lists it once): the container
         # keeps torch's length, and _ties below makes the later name the first one's module.
         children = [(name, child) for name, child in module._modules.items() if child is not None]

@@ -28,6 +28,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 import jax_impl.nn as jnn
 from parity.port.errors import FALLBACK, PortError
+from parity.port.hooks import unparametrized_type
 
 __all__ = ["layer_class", "layer_source"]
 
@@ -37,7 +38,7 @@ _SKIPPED = {"self", "rngs", "device", "dtype"}
 
 def layer_class(module: torch.nn.Module):
     """The ``jax_impl.nn`` class named like ``module``'s ``torch.nn`` class, or ``None``."""
-    cls = getattr(jnn, type(module).__name__, None)
+    cls = getattr(jnn, unparametrized_type(module).__name__, None)
     return cls if isinstance(cls, type) and issubclass(cls, jnn.Module) else None
 
 
@@ -167,7 +168,7 @@ def layer_source(module: torch.nn.Module, path: str) -> str:
       PortError: ``jax_impl.nn`` has no such class, or a constructor argument
         cannot be read from the torch module.
     """
-    name = type(module).__name__
+    name = unparametrized_type(module).__name__
     if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
         # A materialised lazy layer is its cls_to_become (torch.nn.Conv2d, ...) and ports as that.
         becomes = f" (the layer then becomes a {module.cls_to_become.__name__})" if module.cls_to_become else ""

@@ -7,7 +7,6 @@ behave identically by construction.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import linecache
 import os
@@ -24,6 +23,7 @@ import jax_impl.random
 from parity.convert.modules import load_torch_state_dict, module_state
 from parity.port.codegen import port_source
 from parity.port.errors import FALLBACK, PortError
+from parity.port.hooks import copy_model
 from parity.port.inputs import example_arguments
 from parity.port.trace import set_training
 
@@ -130,7 +130,7 @@ def port(torch_module: torch.nn.Module, example_input=None) -> nnx.Module:
 
 
 def _check_shapes(torch_module, twin, example_input) -> None:
-    reference = set_training(copy.deepcopy(torch_module), False)
+    reference = set_training(copy_model(torch_module), False)
     args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         expected = reference(*args)

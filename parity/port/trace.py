@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import copy
 import dataclasses
 import functools
 import inspect
@@ -44,6 +43,7 @@ import torch.fx
 
 from parity.port import host_random
 from parity.port.errors import FALLBACK, PortError, node_description, user_line
+from parity.port.hooks import check_hooks, copy_model, unparametrized_type
 from parity.port.values import MISSING, ExampleFailure, ExampleValues, ValueProxy
 
 __all__ = ["SEQUENCE_FUNCTIONS", "Traces", "is_torch_leaf", "set_training", "trace"]
@@ -58,7 +58,7 @@ _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 def is_torch_leaf(module: torch.nn.Module) -> bool:
     """A ``torch.nn`` layer class itself (not a container, not a user subclass): a ``call_module`` leaf."""
-    return type(module).__module__.startswith("torch.nn") and not isinstance(module, _CONTAINERS)
+    return unparametrized_type(module).__module__.startswith("torch.nn") and not isinstance(module, _CONTAINERS)
 
 
 def _current_user_line() -> str | None:
@@ -261,7 +261,7 @@ def _trace_once(module: torch.nn.Module, mode: bool, example) -> torch.fx.Graph:
     """One trace of a copy of ``module`` in ``mode``: running it on the example changes only the copy (its
     buffers, attributes it caches), and torch's generator state is restored afterwards."""
     try:
-        copy_ = set_training(copy.deepcopy(module), mode)
+        copy_ = set_training(copy_model(module), mode)
     except Exception as error:  # noqa: BLE001 - a model holding something deepcopy refuses
         raise PortError(f"cannot port {type(module).__name__}: copy.deepcopy of the model fails "
                         f"({type(error).__name__}: {error}); the trace runs on a copy. Fallback: {FALLBACK}") from None
@@ -321,13 +321,15 @@ def trace(module: torch.nn.Module, example=None) -> Traces:
         (:mod:`parity.port.values`); without it, only what fx traces symbolically ports.
 
     Raises:
-      PortError: the model cannot be traced; the message names the node and the source line.
+      PortError: the model cannot be traced (the message names the node and the source line), or it has a
+        hook or parametrization the port does not reproduce (:mod:`parity.port.hooks`).
 
     Warns:
       HostRandomWarning: ``forward`` drew from Python's or NumPy's random state (:mod:`parity.port.host_random`).
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"parity.port expects a torch.nn.Module, got {type(module).__name__}")
+    check_hooks(module, is_torch_leaf)
     with host_random.watch() as draws:
         traces = Traces(train=_trace_once(module, True, example), eval=_trace_once(module, False, example))
     if draws:
