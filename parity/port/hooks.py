@@ -7,6 +7,9 @@ that silently leaves one out:
 
 - ``torch.nn.utils.spectral_norm`` / ``weight_norm`` (``SpectralNorm`` / ``WeightNorm`` forward pre-hooks)
   on a ``torch.nn`` layer become the same calls of ``jax_impl.nn.utils`` around the twin's layer;
+- ``torch.nn.utils.prune``'s pre-hooks (any method, or several in a ``PruningContainer``) on a ``torch.nn``
+  layer become ``jax_impl.nn.utils.prune.identity``: the mask itself comes with the state dict
+  (``weight_mask``);
 - ``torch.nn.utils.parametrizations.spectral_norm`` / ``weight_norm`` (one ``_SpectralNorm`` or
   ``_WeightNorm`` parametrization per tensor) on a ``torch.nn`` layer become
   ``jax_impl.nn.utils.parametrizations``' calls;
@@ -23,6 +26,7 @@ from torch.nn.modules import module as torch_module
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import _SpectralNorm, _WeightNorm
+from torch.nn.utils.prune import BasePruningMethod
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
@@ -30,7 +34,7 @@ from parity.port.errors import FALLBACK, PortError
 
 __all__ = ["check_hooks", "copy_model", "normalization_source", "unparametrized_type"]
 
-_KNOWN_PRE_HOOKS = (SpectralNorm, WeightNorm)
+_KNOWN_PRE_HOOKS = (SpectralNorm, WeightNorm, BasePruningMethod)
 _GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
                  "_global_backward_pre_hooks")
 _MODULE_HOOKS = ("_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -72,8 +76,8 @@ def check_hooks(model: torch.nn.Module, is_leaf) -> None:
         for hook in module._forward_pre_hooks.values():
             if not isinstance(hook, _KNOWN_PRE_HOOKS):
                 raise PortError(f"cannot port {where} ({unparametrized_type(module).__name__}): it has a forward pre "
-                                f"hook ({_hook_name(hook)}); the port reproduces torch.nn.utils.spectral_norm's and "
-                                f"weight_norm's only. Fallback: {FALLBACK}")
+                                f"hook ({_hook_name(hook)}); the port reproduces torch.nn.utils.spectral_norm's, "
+                                f"weight_norm's and prune's only. Fallback: {FALLBACK}")
             if not is_leaf(module):
                 raise PortError(f"cannot port {where} ({type(module).__name__}): its {type(hook).__name__} hook is on "
                                 f"a module the trace goes through; the port reproduces it on torch.nn layers only. "
@@ -105,6 +109,8 @@ def normalization_source(module: torch.nn.Module, layer: str) -> str:
         if isinstance(hook, SpectralNorm):
             layer = _call("nn.utils.spectral_norm", layer, {"name": hook.name, "n_power_iterations":
                           hook.n_power_iterations, "eps": hook.eps, "dim": hook.dim}, spectral_defaults)
+        elif isinstance(hook, BasePruningMethod):  # the mask is the state dict's weight_mask
+            layer = f"nn.utils.prune.identity({layer}, {hook._tensor_name!r})"
         elif isinstance(hook, WeightNorm):  # torch keeps dim=None as -1
             layer = _call("nn.utils.weight_norm", layer, {"name": hook.name, "dim": None if hook.dim == -1
                           else hook.dim}, {"name": "weight", "dim": 0})
@@ -123,7 +129,7 @@ def normalization_source(module: torch.nn.Module, layer: str) -> str:
 def copy_model(module: torch.nn.Module) -> torch.nn.Module:
     """``copy.deepcopy(module)``, also for a model whose normalisation hooks left a computed tensor on a layer.
 
-    torch's hook forms of ``weight_norm`` and ``spectral_norm`` keep ``module.weight`` as a plain attribute
+    torch's hook forms of ``weight_norm``, ``spectral_norm`` and pruning keep ``module.weight`` as a plain attribute
     holding the last computed weight, a tensor with autograd history that ``deepcopy`` refuses (torch's own
     error). The hook recomputes it before every forward, so the copy gets it detached.
     """
@@ -131,7 +137,7 @@ def copy_model(module: torch.nn.Module) -> torch.nn.Module:
     for layer in module.modules():
         for hook in layer._forward_pre_hooks.values():
             if isinstance(hook, _KNOWN_PRE_HOOKS):
-                value = layer.__dict__.get(hook.name)
+                value = layer.__dict__.get(getattr(hook, "_tensor_name", None) or hook.name)
                 if isinstance(value, torch.Tensor) and not value.is_leaf:
                     memo[id(value)] = value.detach().clone()
     return copy.deepcopy(module, memo)
