@@ -24,9 +24,9 @@ far more than the floor.
 
 A float64 phase beyond tolerance has the same test against torch's float64
 floor: the distance of torch's own float64 run from a second one whose
-parameters, buffers and floating inputs are each moved by one rounding
-(multiplied by ``1 +- 2**-52``, the sign seeded). Summing in another order is
-such a rounding per operation, so a well-conditioned model stays within the
+parameters, buffers, floating inputs and layer outputs are each moved by one
+rounding (multiplied by ``1 +- 2**-52``, the sign seeded). Summing in another
+order is such a rounding per operation, so a well-conditioned model stays within the
 tolerance and an ill-conditioned one (a spectral norm evaluated before its power
 iteration has converged divides by a small ``sigma`` in every layer) is judged
 by how far torch's own result moves; a porting bug still moves the twin by many
@@ -130,7 +130,7 @@ class PortCheck:
             lines.append("torch's float32 floor: per leaf beyond tolerance, max |twin - torch| against torch's own "
                          "max |f32 - f64| (its model in float64 on the same input)" if self.floor_kind == "float32"
                          else "torch's float64 floor: per leaf beyond tolerance, max |twin - torch| against torch's "
-                         "own distance when its inputs, parameters and buffers move by one rounding")
+                         "own distance when its inputs, parameters, buffers and layer outputs move by one rounding")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -186,10 +186,14 @@ def _torch_phases(torch_module: torch.nn.Module, args: tuple, torch_loss: Callab
 
 def _rounded_once(value, seed: int):
     """``value`` (a model or a pytree of tensors) with every floating tensor multiplied by ``1 +- 2**-52``
-    element by element, signs from a generator seeded by ``seed``: each value moved by about one rounding."""
+    element by element, signs from a generator seeded by ``seed``: each value moved by about one rounding.
+    A model's layers (its modules without children) also move each output they return by one rounding, on
+    every call: the rounding of the layer's own arithmetic, which another summation order changes."""
     generator = torch.Generator().manual_seed(seed + 2)
 
-    def move(t: torch.Tensor) -> torch.Tensor:
+    def move(t):
+        if not (torch.is_tensor(t) and t.is_floating_point()):
+            return t
         signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
         return t * (1 + signs * 2.0 ** -52)
 
@@ -198,9 +202,12 @@ def _rounded_once(value, seed: int):
             for tensor in [*value.parameters(), *value.buffers()]:
                 if tensor.is_floating_point():
                     tensor.copy_(move(tensor))
+        for layer in value.modules():
+            if not next(layer.children(), None):
+                layer.register_forward_hook(lambda module, inputs, output: jax.tree.map(move, output,
+                                                                                        is_leaf=torch.is_tensor))
         return value
-    return jax.tree.map(lambda t: move(t) if torch.is_tensor(t) and t.is_floating_point() else t, value,
-                        is_leaf=torch.is_tensor)
+    return jax.tree.map(move, value, is_leaf=torch.is_tensor)
 
 
 def _pairs(expected, got, reference):
