@@ -30,7 +30,8 @@ class Discriminator(nn.Module):
         super().__init__()
         self.conv1 = SN(nn.Conv2d(3, 8, 4, 2, 1))
         self.conv2 = PSN(nn.Conv2d(8, 16, 4, 2, 1), n_power_iterations=2)
-        self.blocks = nn.ModuleList([PWN(nn.Conv2d(16, 16, 3, padding=1), dim=None), SN(nn.Conv2d(16, 16, 1), eps=1e-6)])
+        self.blocks = nn.ModuleList([PWN(nn.Conv2d(16, 16, 3, padding=1), dim=None),
+                                     SN(nn.Conv2d(16, 16, 1), eps=1e-6)])
         self.fc = SN(nn.Linear(16 * 2 * 2, 1))
 
     def forward(self, x):

@@ -56,7 +56,8 @@ class _SpectralNorm(Module):
         if dim >= ndim or dim < -ndim:
             raise IndexError(f"Dimension out of range (expected to be in range of [-{ndim}, {ndim - 1}] but got {dim})")
         if n_power_iterations <= 0:
-            raise ValueError(f"Expected n_power_iterations to be positive, but got n_power_iterations={n_power_iterations}")
+            raise ValueError("Expected n_power_iterations to be positive, but got "
+                             f"n_power_iterations={n_power_iterations}")
         self.dim = dim if dim >= 0 else dim + ndim
         self.eps = eps
         if ndim > 1:

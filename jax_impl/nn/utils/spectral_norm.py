@@ -84,7 +84,8 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
     if dim is None:
         dim = _default_dim(module)
     if n_power_iterations <= 0:
-        raise ValueError(f"Expected n_power_iterations to be positive, but got n_power_iterations={n_power_iterations}")
+        raise ValueError("Expected n_power_iterations to be positive, but got "
+                         f"n_power_iterations={n_power_iterations}")
     for hook in _weight_hooks.hooks(module):
         if isinstance(hook, SpectralNorm) and hook.name == name:
             raise RuntimeError(f"Cannot register two spectral_norm hooks on the same parameter {name}")
