@@ -136,5 +136,9 @@ def normalize(input, p: float = 2.0, dim: int | Sequence[int] = 1, eps: float = 
     if not jnp.issubdtype(input.dtype, jnp.floating) and not jnp.issubdtype(input.dtype, jnp.complexfloating):
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. "
                            f"Got {str(input.dtype).capitalize()}")
+    ndim = max(input.ndim, 1)
+    for d in (dim,) if isinstance(dim, int) else tuple(dim):
+        if not -ndim <= d < ndim:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {d})")
     norm = torch_vector_norm(input, p, dim, keepdim=True)
     return input / jnp.where(norm >= eps, norm, jnp.asarray(eps, norm.dtype))

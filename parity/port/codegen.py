@@ -256,6 +256,10 @@ def _body(graph: torch.fx.Graph, root: torch.nn.Module, mode: bool) -> tuple[lis
             raise r.fail(refusal)
         if node.op == "call_module":
             module = root.get_submodule(node.target)
+            if ".parametrizations." in f".{node.target}":
+                owner, _, rest = f".{node.target}".partition(".parametrizations.")
+                raise r.fail(f"it reads {owner[1:] or 'the model'}'s parametrized {rest.split('.')[0]} outside the "
+                             "layer's own call; the port reproduces a parametrization inside its layer's call only")
             if layer_class(module) is None:
                 raise r.fail(f"jax_impl.nn has no {type(module).__name__}")
             expr = r.call(_module_ref(root, node.target), node.args, node.kwargs)

@@ -32,7 +32,7 @@ from torch.nn.utils.weight_norm import WeightNorm
 
 from parity.port.errors import FALLBACK, PortError
 
-__all__ = ["check_hooks", "copy_model", "normalization_source", "unparametrized_type"]
+__all__ = ["check_hooks", "computed_tensor_name", "copy_model", "normalization_source", "unparametrized_type"]
 
 _KNOWN_PRE_HOOKS = (SpectralNorm, WeightNorm, BasePruningMethod)
 _GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
@@ -49,6 +49,19 @@ def _hook_name(hook) -> str:
     return getattr(hook, "__name__", None) or type(hook).__name__
 
 
+def _inside_layers(model: torch.nn.Module, is_leaf) -> dict[str, str]:
+    """``{path: layer path}`` for every module below a layer the trace keeps whole (``out_proj`` of a
+    ``MultiheadAttention``, ``linear1`` of a ``TransformerEncoderLayer``)."""
+    inside: dict[str, str] = {}
+    for path, module in model.named_modules():
+        if path in inside or not is_leaf(module):
+            continue
+        for sub, _ in module.named_modules(prefix=path):
+            if sub != path:
+                inside[sub] = path or "the model"
+    return inside
+
+
 def check_hooks(model: torch.nn.Module, is_leaf) -> None:
     """Raise ``PortError`` for a hook or parametrization of ``model`` the port cannot reproduce.
 
@@ -62,10 +75,15 @@ def check_hooks(model: torch.nn.Module, is_leaf) -> None:
             raise PortError(f"cannot port {type(model).__name__}: a global module hook is registered "
                             f"({_hook_name(next(iter(hooks.values())))}, torch.nn.modules.module.{name}); torch.fx "
                             f"does not run hooks. Remove it before porting. Fallback: {FALLBACK}")
+    inside = _inside_layers(model, is_leaf)
     for path, module in model.named_modules():
         where = path or "the model"
         if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
             continue  # its own pre-hook materialises it; the layer's port says to run the model first
+        if path in inside and (module._forward_pre_hooks or parametrize.is_parametrized(module)):
+            raise PortError(f"cannot port {where} ({unparametrized_type(module).__name__}): it is normalised, "
+                            f"pruned or parametrized inside {inside[path]}, a torch.nn layer the port rebuilds from "
+                            f"its constructor arguments. Fallback: {FALLBACK}")
         for name in _MODULE_HOOKS:
             hooks = getattr(module, name, {})
             if hooks:
@@ -124,6 +142,18 @@ def normalization_source(module: torch.nn.Module, layer: str) -> str:
                 layer = _call("nn.utils.parametrizations.weight_norm", layer, {"name": tensor, "dim": None
                               if p.dim == -1 else p.dim}, {"name": "weight", "dim": 0})
     return layer
+
+
+def computed_tensor_name(model: torch.nn.Module, tensor) -> str | None:
+    """The dotted name (``emb.weight``) under which a known hook of ``model`` keeps ``tensor``, the weight it
+    computed before the layer's last call, or ``None``."""
+    for path, layer in model.named_modules():
+        for hook in layer._forward_pre_hooks.values():
+            if isinstance(hook, _KNOWN_PRE_HOOKS):
+                name = getattr(hook, "_tensor_name", None) or hook.name
+                if layer.__dict__.get(name) is tensor:
+                    return f"{path}.{name}" if path else name
+    return None
 
 
 def copy_model(module: torch.nn.Module) -> torch.nn.Module:

@@ -43,7 +43,7 @@ import torch.fx
 
 from parity.port import host_random
 from parity.port.errors import FALLBACK, PortError, node_description, user_line
-from parity.port.hooks import check_hooks, copy_model, unparametrized_type
+from parity.port.hooks import check_hooks, computed_tensor_name, copy_model, unparametrized_type
 from parity.port.values import MISSING, ExampleFailure, ExampleValues, ValueProxy
 
 __all__ = ["SEQUENCE_FUNCTIONS", "Traces", "is_torch_leaf", "set_training", "trace"]
@@ -102,6 +102,17 @@ class _Tracer(torch.fx.Tracer):
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         self.values.record(proxy.node, kind, target, args, kwargs)
         return proxy
+
+    def create_arg(self, a):
+        # A weight that a normalisation or pruning hook computed, read outside its layer's call (a head tied
+        # to `self.emb.weight`): fx would bake the tensor in as a constant.
+        if isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Parameter) and not self.values.running:
+            name = computed_tensor_name(self.root, a)
+            if name is not None:
+                raise PortError(f"cannot port {type(self.root).__name__}: forward reads {name}, which a "
+                                f"normalisation or pruning hook computes, outside its layer's own call; the port "
+                                f"reproduces the hook inside the layer's call only. Fallback: {FALLBACK}")
+        return super().create_arg(a)
 
     def refuse(self, obj, what: str, value=MISSING):
         """Raises the ``PortError`` for a proxy Python needs a value of and cannot have."""

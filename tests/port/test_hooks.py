@@ -133,6 +133,32 @@ def test_hooks_the_port_cannot_reproduce_are_refused_by_name():
     net.fc = SN(_Scaled())
     assert "its SpectralNorm hook is on a module the trace goes through" in _refused(net)
 
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.att = nn.MultiheadAttention(3, 1, batch_first=True)
+
+        def forward(self, x):
+            return self.att(x, x, x)[0]
+
+    net = Attention()
+    SN(net.att.out_proj)  # inside a layer the port rebuilds from its arguments
+    with pytest.raises(PortError, match="cannot port att.out_proj .* it is normalised, pruned or parametrized inside "
+                                        "att, a torch.nn layer"):
+        parity.port(net, torch.zeros(2, 5, 3))
+
+    for normalised in (SN, PSN):  # a head tied to a normalised embedding reads the computed weight
+        class Tied(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = normalised(nn.Embedding(7, 3))
+
+            def forward(self, i):
+                return F.linear(self.emb(i), self.emb.weight)
+
+        with pytest.raises(PortError, match="emb.* outside (its|the) layer's own call"):
+            parity.port(Tied(), torch.zeros(2, 4, dtype=torch.long))
+
     handle = nn.modules.module.register_module_forward_hook(lambda module, inputs, output: None)
     try:
         assert "a global module hook is registered" in _refused(_Net())

@@ -115,6 +115,10 @@ class ModuleDict(Module):
         if not isinstance(key, str) or "." in key or key == "":
             raise KeyError(f'module name can\'t contain ".", got: {key}' if "." in str(key)
                            else f"module name should be a non-empty string, got {key!r}")
+        if key not in self._keys and hasattr(self, key):  # a method or flag of the dict itself
+            raise KeyError(f"attribute '{key}' already exists")
+        if not isinstance(module, Module) and module is not None:
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
         setattr(self, key, module)
         if key not in self._keys:
             self._keys = (*self._keys, key)
@@ -143,6 +147,12 @@ class ModuleDict(Module):
     def items(self):
         """``(key, child)`` pairs in insertion order."""
         return [(key, getattr(self, key)) for key in self._keys]
+
+    def clear(self) -> None:
+        """Remove every child."""
+        for key in self._keys:
+            delattr(self, key)
+        self._keys = ()
 
     def pop(self, key: str):
         """Remove ``key`` and return its child."""

@@ -120,11 +120,13 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
       IndexError: ``dim`` out of range.
     """
     weight = getattr(module, name, None)
-    if not isinstance(weight, nnx.Variable):
+    if isinstance(weight, nnx.Variable):
+        weight = weight[...]
+    elif not parametrize.is_parametrized(module, name):  # a parametrized tensor is computed: its value
         raise ValueError(f"Module '{type(module).__name__}' has no parameter or buffer with name '{name}'")
     if dim is None:
         from jax_impl.nn.modules.conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 
         dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
     return parametrize.register_parametrization(
-        module, name, _SpectralNorm(weight[...], n_power_iterations, dim, eps))
+        module, name, _SpectralNorm(weight, n_power_iterations, dim, eps))

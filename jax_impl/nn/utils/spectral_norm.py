@@ -10,6 +10,10 @@ torch (``torch/nn/utils/spectral_norm.py``, Miyato et al. 2018) replaces the par
 
 so gradients flow through ``W`` in both places and ``u``, ``v`` are constants; eval mode uses the stored
 ``u``, ``v``. The state dict keys are ``weight_orig``, ``weight_u``, ``weight_v``, as torch's.
+
+Read outside a call, ``module.weight`` is ``weight_orig / sigma`` with the buffers' current ``u``, ``v``:
+after a call that is the weight the call used, as torch's attribute; before the first call torch's attribute
+still holds ``weight_orig`` itself.
 """
 
 from __future__ import annotations

@@ -209,3 +209,39 @@ def test_jit_and_a_second_parametrization():
     jnn.utils.parametrize.register_parametrization(j, "weight", Double())
     x = torch.randn(4, 3, dtype=torch.float64)
     _close(nnx.jit(lambda m, x: m(x))(j, jnp.asarray(x.numpy())), t(x), torch.float64, "two parametrizations")
+
+
+def test_pickles_and_stacks_as_torchs():
+    """A module with a hook form pickles (its class is found again by name, also in a process that has not
+    made it yet); a second parametrization form stacks on a parametrized tensor, as torch's list."""
+    import pickle
+
+    from jax_impl.nn.utils import _weight_hooks
+
+    j = jnn.utils.spectral_norm(jnn.Linear(3, 2, dtype=jnp.float64))
+    x = jnp.ones((1, 3), jnp.float64)
+    data = pickle.dumps(j)
+    _weight_hooks._CLASSES.clear()  # as in a fresh process: the class is made again on lookup
+    loaded = pickle.loads(data)
+    assert type(loaded).__name__ == "Linear" and type(loaded) is not type(j)
+    np.testing.assert_array_equal(np.asarray(loaded.eval()(x)), np.asarray(j.eval()(x)))
+
+    torch.manual_seed(2)
+    jax_impl.random.manual_seed(2)
+    t = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(3, 4, dtype=torch.float64))
+    torch.nn.utils.parametrizations.spectral_norm(t)
+    j = jnn.utils.parametrizations.weight_norm(jnn.Linear(3, 4, dtype=jnp.float64))
+    jnn.utils.parametrizations.spectral_norm(j)
+    _check_state(t, j, torch.float64, "after weight_norm then spectral_norm")
+    _close(j(jnp.asarray(np.ones((2, 3)))), t(torch.ones(2, 3, dtype=torch.float64)), torch.float64, "stacked")
+
+
+def test_bad_arguments_raise_torchs_errors():
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 2\)"):
+        jnn.utils.weight_norm(jnn.Linear(2, 3), dim=2)
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-1, 0\], but got 1\)"):
+        jnn.functional.normalize(jnp.ones(3), dim=1)
+    with pytest.raises(KeyError, match="attribute 'training' already exists"):
+        jnn.ModuleDict({"training": jnn.Linear(2, 2)})
+    with pytest.raises(TypeError, match="int is not a Module subclass"):
+        jnn.ModuleDict({"a": 3})
