@@ -24,7 +24,8 @@ def norm_except_dim(v, pow: float = 2, dim: int = 0):
     if dim == -1:
         return jnp.linalg.norm(v.reshape(-1), ord=pow)
     if not -v.ndim <= dim < v.ndim:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-v.ndim}, {v.ndim - 1}], but got {dim})")
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-v.ndim}, {v.ndim - 1}], "
+                         f"but got {dim})")
     dim %= v.ndim
     axes = tuple(d for d in range(v.ndim) if d != dim)
     if pow == 2:
