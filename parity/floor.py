@@ -44,10 +44,13 @@ class FloorReference:
     Built from the torch side as it is (at step 0, or restored from a
     checkpoint): a float64 copy of the model, the same optimizer config with
     the float32 optimizer's state (torch casts it on loading), the scheduler's
-    state.
+    state. Restored from a checkpoint, the twin starts where torch's float32
+    run had already drifted from its float64 run; ``carried`` (per tensor, the
+    distance recorded when the checkpoint was written) is added to every later
+    distance, the triangle inequality's bound for the whole run.
     """
 
-    def __init__(self, exp: Any) -> None:
+    def __init__(self, exp: Any, carried: dict[str, float] | None = None) -> None:
         from torch_ref.lr_scheduler import build_scheduler
 
         cfg = exp.config
@@ -62,6 +65,7 @@ class FloorReference:
         self.optimizer.load_state_dict(copy.deepcopy(exp.t_opt.state_dict()))
         self.loss_fn = getattr(torch.nn, cfg.train.loss.name)(**cfg.train.loss.kwargs)
         self.train = cfg.train
+        self.carried = {k: v for k, v in (carried or {}).items() if v == v}  # NaN: no floor was recorded
 
     def step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
         """One optimizer step on the float32 run's micro-batches (one batch without ``train.accumulate``), with
@@ -85,7 +89,8 @@ class FloorReference:
         if buffers:
             names += [k for k in ref if "running_" in k]
         ours = torch_model.state_dict()
-        return {k: scaled_error(ours[k].detach().double().numpy(), ref[k].detach().numpy()) for k in names}
+        return {k: scaled_error(ours[k].detach().double().numpy(), ref[k].detach().numpy()) + self.carried.get(k, 0.0)
+                for k in names}
 
     def distance(self, torch_model: torch.nn.Module) -> tuple[float, str]:
         """``(max rel, worst parameter)`` of :meth:`distances`."""

