@@ -11,7 +11,8 @@ import jax.numpy as jnp
 
 from jax_impl.nn._functional_normalization import normalize
 
-__all__ = ["norm_except_dim", "power_iteration", "reshape_weight_to_matrix", "sigma", "weight_from_norm"]
+__all__ = ["default_spectral_dim", "norm_except_dim", "power_iteration", "reshape_weight_to_matrix", "sigma",
+           "weight_from_norm"]
 
 
 def norm_except_dim(v, pow: float = 2, dim: int = 0):
@@ -41,6 +42,13 @@ def weight_from_norm(v, g, dim: int = 0):
     """
     v, g = jnp.asarray(v), jnp.asarray(g)
     return v * (g / norm_except_dim(v, 2, dim))
+
+
+def default_spectral_dim(module) -> int:
+    """torch's ``dim=None`` for spectral norm: 1 (the output channels) for ``ConvTranspose{1,2,3}d``, else 0."""
+    from jax_impl.nn.modules.conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+
+    return 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
 
 
 def reshape_weight_to_matrix(weight, dim: int = 0):

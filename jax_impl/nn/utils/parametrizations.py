@@ -25,6 +25,7 @@ from jax_impl.nn.init import normal_
 from jax_impl.nn.modules.module import Buffer, Module
 from jax_impl.nn.utils import parametrize
 from jax_impl.nn.utils._weight_ops import (
+    default_spectral_dim,
     norm_except_dim,
     power_iteration,
     reshape_weight_to_matrix,
@@ -125,8 +126,6 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
     elif not parametrize.is_parametrized(module, name):  # a parametrized tensor is computed: its value
         raise ValueError(f"Module '{type(module).__name__}' has no parameter or buffer with name '{name}'")
     if dim is None:
-        from jax_impl.nn.modules.conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
-
-        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
+        dim = default_spectral_dim(module)
     return parametrize.register_parametrization(
         module, name, _SpectralNorm(weight, n_power_iterations, dim, eps))

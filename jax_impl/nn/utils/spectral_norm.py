@@ -27,7 +27,7 @@ from jax_impl.nn._functional_normalization import normalize
 from jax_impl.nn.init import normal_
 from jax_impl.nn.modules.module import Buffer
 from jax_impl.nn.utils import _weight_hooks
-from jax_impl.nn.utils._weight_ops import power_iteration, reshape_weight_to_matrix, sigma
+from jax_impl.nn.utils._weight_ops import default_spectral_dim, power_iteration, reshape_weight_to_matrix, sigma
 
 __all__ = ["SpectralNorm", "remove_spectral_norm", "spectral_norm"]
 
@@ -59,12 +59,6 @@ class SpectralNorm:
         return weight / sigma(reshape_weight_to_matrix(weight, self.dim), u[...], v[...])
 
 
-def _default_dim(module: Any) -> int:
-    from jax_impl.nn.modules.conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
-
-    return 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
-
-
 def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1, eps: float = 1e-12,
                   dim: int | None = None) -> Any:
     """Spectral normalisation of ``module.<name>`` as ``torch.nn.utils.spectral_norm`` registers it.
@@ -86,7 +80,7 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
       RuntimeError: ``<name>`` is already spectrally normalised.
     """
     if dim is None:
-        dim = _default_dim(module)
+        dim = default_spectral_dim(module)
     if n_power_iterations <= 0:
         raise ValueError("Expected n_power_iterations to be positive, but got "
                          f"n_power_iterations={n_power_iterations}")
