@@ -193,3 +193,49 @@ def test_your_own_method_as_in_torchs_tutorial():
     TorchFooBar.apply(t, "weight")
     assert isinstance(method, jprune.PruningContainer) and isinstance(method[-1], JaxFooBar)
     _assert_same(t, j)
+
+
+@pytest.mark.slow  # about 6 s: fc1's 48,000 weights through topk several times
+def test_the_pruning_tutorials_sequence_on_its_lenet():
+    """torch's pruning tutorial's calls on its LeNet (conv 1-6-16, fc 400-120-84-10; float32): random then l1
+    then ln_structured on one layer and ``remove``, l1 on every layer of a second model, then
+    ``global_unstructured`` over all weights: every state dict bit for bit torch's, and the pruned layers'
+    outputs within 1e-5 of torch's (float32 sums)."""
+    shapes = {"conv1": (1, 6), "conv2": (6, 16), "fc1": (400, 120), "fc2": (120, 84), "fc3": (84, 10)}
+
+    def lenet():
+        t = {name: (torch.nn.Conv2d(*io, 3) if name.startswith("conv") else torch.nn.Linear(*io))
+             for name, io in shapes.items()}
+        j = {name: (jnn.Conv2d(*io, 3) if name.startswith("conv") else jnn.Linear(*io))
+             for name, io in shapes.items()}
+        for name in shapes:
+            load_torch_state_dict(j[name], t[name].state_dict())
+        return t, j
+
+    torch.manual_seed(0)
+    jax_impl.random.manual_seed(0)
+    t, j = lenet()
+    for lib, m in ((tprune, t["conv1"]), (jprune, j["conv1"])):
+        lib.random_unstructured(m, "weight", amount=0.3)
+        lib.l1_unstructured(m, "bias", amount=3)
+        lib.ln_structured(m, "weight", amount=0.5, n=2, dim=0)
+    _assert_same(t["conv1"], j["conv1"])
+    tprune.remove(t["conv1"], "weight")
+    jprune.remove(j["conv1"], "weight")
+    _assert_same(t["conv1"], j["conv1"])
+
+    t, j = lenet()
+    for lib, layers in ((tprune, t), (jprune, j)):
+        for name, layer in layers.items():
+            lib.l1_unstructured(layer, "weight", amount=0.2 if name.startswith("conv") else 0.4)
+        lib.global_unstructured([(layer, "weight") for layer in layers.values()], lib.L1Unstructured, amount=0.2)
+    for name in shapes:
+        _assert_same(t[name], j[name])
+
+    x = torch.randn(2, 1, 32, 32)
+    y = torch.relu(t["conv1"](x)).amax((2, 3))
+    ours = jnp.max(jax.nn.relu(j["conv1"](jnp.asarray(x.numpy()))), axis=(2, 3))
+    np.testing.assert_allclose(np.asarray(ours), y.detach().numpy(), rtol=1e-5, atol=1e-6)
+    z = torch.randn(2, 400)
+    np.testing.assert_allclose(np.asarray(j["fc1"](jnp.asarray(z.numpy()))), t["fc1"](z).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
