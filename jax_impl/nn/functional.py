@@ -98,6 +98,7 @@ from jax_impl.nn._functional_fractional_max_pool import (  # noqa: F401
 # These two call this module's pools and pad at run time (a circular import, resolved by then).
 from jax_impl.nn._functional_local_response_norm import local_response_norm  # noqa: F401
 from jax_impl.nn._functional_lppool import lp_pool1d, lp_pool2d, lp_pool3d  # noqa: F401
+from jax_impl.nn._functional_max_unpool import max_unpool1d, max_unpool2d, max_unpool3d  # noqa: F401
 
 from jax_impl.nn._arguments import ntuple as _ntuple
 from jax_impl.nn._arguments import pool_args as _pool_args
@@ -326,6 +327,27 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool3d")
 
 
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``torch.nn.functional.max_pool1d_with_indices``: ``(values, indices)`` whatever ``return_indices``
+    (the name ``F.max_pool1d(..., return_indices=True)`` dispatches to, as a traced model records it)."""
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``torch.nn.functional.max_pool2d_with_indices``: ``(values, indices)`` (see
+    :func:`max_pool1d_with_indices`)."""
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``torch.nn.functional.max_pool3d_with_indices``: ``(values, indices)`` (see
+    :func:`max_pool1d_with_indices`)."""
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
 def _avg_divisor_1d(length, out, k, s, p, count_include_pad):
     """Per-output divisor along one axis (aten/src/ATen/native/cpu/AvgPoolKernel.cpp).
 
@@ -456,6 +478,22 @@ def adaptive_max_pool3d(input, output_size, return_indices=False):
     """``torch.nn.functional.adaptive_max_pool3d``."""
     input, = amp.cast_inputs("adaptive_max_pool3d", jnp.asarray(input))
     return _adaptive_max_pool(3, input, output_size, return_indices, "adaptive_max_pool3d")
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    """``torch.nn.functional.adaptive_max_pool1d_with_indices``: ``(values, indices)`` whatever
+    ``return_indices``."""
+    return adaptive_max_pool1d(input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    """``torch.nn.functional.adaptive_max_pool2d_with_indices``: ``(values, indices)``."""
+    return adaptive_max_pool2d(input, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    """``torch.nn.functional.adaptive_max_pool3d_with_indices``: ``(values, indices)``."""
+    return adaptive_max_pool3d(input, output_size, True)
 
 
 # ----------------------------------------------------------------------------- pad

@@ -113,6 +113,9 @@ from jax_impl.nn.modules.pooling import (
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+    MaxUnpool3d,
 )
 from jax_impl.nn.modules.sparse import Embedding
 from jax_impl.nn.modules.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
@@ -151,4 +154,5 @@ __all__ = [
     "MultiLabelSoftMarginLoss", "MultiMarginLoss", "SoftMarginLoss",
     "CTCLoss", "GaussianNLLLoss", "LinearCrossEntropyLoss", "PoissonNLLLoss",
     "Bilinear", "FractionalMaxPool2d", "FractionalMaxPool3d", "LPPool1d", "LPPool2d", "LPPool3d", "LocalResponseNorm",
+    "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
 ]

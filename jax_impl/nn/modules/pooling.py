@@ -21,6 +21,7 @@ __all__ = [
     "FractionalMaxPool2d", "FractionalMaxPool3d",
     "LPPool1d", "LPPool2d", "LPPool3d",
     "MaxPool1d", "MaxPool2d", "MaxPool3d",
+    "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
 ]
 
 
@@ -265,3 +266,38 @@ class FractionalMaxPool3d(_FractionalMaxPoolNd):
                 isinstance(kernel_size, (tuple, list)) and not all(k > 0 for k in kernel_size)):
             raise ValueError(f"kernel_size must be greater than 0, but got {kernel_size}")
         super().__init__(kernel_size, output_size, output_ratio, return_indices, _random_samples)
+
+
+class _MaxUnpoolNd(Module):
+    _nd: int
+
+    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+        self.kernel_size = ntuple(kernel_size, self._nd)
+        self.stride = ntuple(stride if stride is not None else kernel_size, self._nd)
+        self.padding = ntuple(padding, self._nd)
+
+    def __call__(self, input, indices, output_size=None):
+        return getattr(F, f"max_unpool{self._nd}d")(input, indices, self.kernel_size, self.stride, self.padding,
+                                                    output_size)
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    """``torch.nn.MaxUnpool1d(kernel_size, stride=None, padding=0)``: ``MaxPool1d``'s values written back at
+    their indices into zeros of length ``(L_in - 1) * stride - 2 * padding + kernel_size`` (or the call's
+    ``output_size``), :func:`jax_impl.nn.functional.max_unpool1d`."""
+
+    _nd = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    """``torch.nn.MaxUnpool2d(kernel_size, stride=None, padding=0)``: ``MaxPool2d``'s values written back at
+    their flat ``H_out * W_out`` indices (:func:`jax_impl.nn.functional.max_unpool2d`)."""
+
+    _nd = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """``torch.nn.MaxUnpool3d(kernel_size, stride=None, padding=0)``: ``MaxPool3d``'s values written back at
+    their flat ``D_out * H_out * W_out`` indices (:func:`jax_impl.nn.functional.max_unpool3d`)."""
+
+    _nd = 3
