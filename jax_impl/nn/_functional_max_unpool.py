@@ -101,8 +101,11 @@ def _unpool_fwd(values, indices, size):
 
 
 def _unpool_bwd(size, indices, grad):
-    # torch's max_pool_double_backward: a gather, so every repeated index receives the gradient
-    return jnp.take_along_axis(grad, jnp.clip(indices, 0, size - 1), axis=1), None
+    # torch's max_pool_double_backward: a gather, so every repeated index receives the gradient; a value
+    # dropped for an index outside the output (traced indices, unchecked) gets none
+    valid = (indices >= 0) & (indices < size)
+    gathered = jnp.take_along_axis(grad, jnp.clip(indices, 0, size - 1), axis=1)
+    return jnp.where(valid, gathered, jnp.zeros((), grad.dtype)), None
 
 
 _unpool.defvjp(_unpool_fwd, _unpool_bwd)
