@@ -291,9 +291,18 @@ def _callback(fn, args: tuple, index_dtype):
 
 def _host_call(fn, args: tuple, input, dim: int, size: int):
     """``fn(slices, *args)`` on the host along ``dim`` of ``input`` (moved last), giving ``size`` indices per
-    slice."""
-    moved = jnp.moveaxis(jax.lax.stop_gradient(input), dim, -1)
+    slice.
+
+    A concrete input is sorted here, in the calling thread: an eager ``jax.pure_callback`` may run on one of
+    XLA's threads, where a ``jax.enable_x64()`` context of the caller's thread does not hold, and there jax
+    converts its float64 operand to float32 and its int64 result to int32 (rounded values, or a dtype
+    error). A traced input goes through the callback.
+    """
     index_dtype = _index_dtype()
+    if not isinstance(input, jax.core.Tracer):
+        moved = np.ascontiguousarray(np.moveaxis(np.asarray(input), dim, -1))
+        return jnp.moveaxis(jnp.asarray(fn(moved, *args).astype(index_dtype)), -1, dim)
+    moved = jnp.moveaxis(jax.lax.stop_gradient(input), dim, -1)
     shape = jax.ShapeDtypeStruct(moved.shape[:-1] + (size,), index_dtype)
     out = jax.pure_callback(_callback(fn, args, np.dtype(index_dtype)), shape, moved, vmap_method="expand_dims")
     return jnp.moveaxis(out, -1, dim)

@@ -250,3 +250,23 @@ def test_depth_limit_branches_match_torch():
                 _check_sort(x, False)
                 _check_topk(x, n // 2 + 1, False, True)
                 _check_topk(x, n // 2 + 1, False, False)
+
+
+def test_eager_topk_and_argsort_keep_float64_and_int64_under_an_x64_context():
+    """Under ``with jax.enable_x64(True)`` (a context of this thread only) an eager sort keeps its float64
+    values and int64 indices: values 1e-10 apart (equal in float32) keep their order, every time."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_impl import sorting
+
+    with jax.enable_x64(True):
+        for i in range(30):
+            busy = jnp.ones((600, 600)) @ jnp.ones((600, 600))  # still computing: the sort would wait on a thread
+            x = jnp.asarray(np.r_[np.ones(200), 1.0 + 1e-10 * (1 + np.arange(i % 3 + 1))]) + 0 * busy[0, 0]
+            top = sorting.topk_indices(x, i % 3 + 1)
+            tiled = jnp.tile(x, 40)
+            order = sorting.argsort(tiled)
+            assert top.dtype == jnp.int64 and order.dtype == jnp.int64
+            assert sorted(np.asarray(top).tolist()) == list(range(200, 201 + i % 3))
+            assert (np.diff(np.asarray(tiled)[np.asarray(order)]) >= 0).all()
