@@ -120,10 +120,12 @@ def _max_unpool(nd: int, input, indices, kernel_size, stride, padding, output_si
     out_spatial = _unpool_output_size(input.shape[-nd:], kernel_size, stride, padding, output_size)
     for d, size in enumerate(out_spatial):
         if size < 0:
-            raise RuntimeError(f"max_unpooling{max(nd, 2)}d(): output_size must contain non-negative spatial "
-                               f"dimensions, but got output_size[{d}]={size}")
-    _check_range(indices, out_spatial)
+            raise ValueError(f"max_unpooling: output_size must contain non-negative spatial dimensions, but got "
+                             f"output_size[{d}]={size}")
     lead = input.shape[:-nd]
+    if input.size == 0:  # an empty batch: torch's empty output
+        return jnp.zeros((*lead, *out_spatial), input.dtype)
+    _check_range(indices, out_spatial)
     rows = int(np.prod(lead))
     size = int(np.prod(out_spatial))
     out = _unpool(input.reshape(rows, -1), indices.reshape(rows, -1), size)

@@ -79,6 +79,11 @@ def _value(x: Any) -> jax.Array:
     return x[...] if isinstance(x, nnx.Variable) else jnp.asarray(x)
 
 
+def _size(shape) -> str:
+    """A shape as torch prints one in these messages."""
+    return f"torch.Size([{', '.join(map(str, shape))}])"
+
+
 def _validate_pruning_amount_init(amount: Any) -> None:
     """torch's check at construction: a non-negative ``int`` or a ``float`` in ``[0, 1]``."""
     if not isinstance(amount, numbers.Real):
@@ -90,7 +95,13 @@ def _validate_pruning_amount_init(amount: Any) -> None:
 
 def _compute_nparams_toprune(amount: Any, tensor_size: int) -> int:
     """The number of units to prune: ``amount`` itself, or ``round(amount * tensor_size)``."""
-    return int(amount) if isinstance(amount, numbers.Integral) else round(amount * tensor_size)
+    return amount if isinstance(amount, numbers.Integral) else round(amount * tensor_size)
+
+
+def _check_k(count: Any, function: str) -> None:
+    """torch passes the count on to ``topk``/``kthvalue``, which refuse a bool (``amount=True``)."""
+    if isinstance(count, bool) and count:
+        raise TypeError(f"{function}(): argument 'k' must be int, not bool")
 
 
 def _validate_pruning_amount(amount: int, tensor_size: int) -> None:
@@ -101,12 +112,12 @@ def _validate_pruning_amount(amount: int, tensor_size: int) -> None:
 def _validate_structured_pruning(t: jax.Array) -> None:
     if t.ndim <= 1:
         raise ValueError("Structured pruning can only be applied to multidimensional tensors. Found tensor of "
-                         f"shape {tuple(t.shape)} with {t.ndim} dims")
+                         f"shape {_size(t.shape)} with {t.ndim} dims")
 
 
 def _validate_pruning_dim(t: jax.Array, dim: int) -> None:
     if dim >= t.ndim or dim < -t.ndim:
-        raise IndexError(f"Invalid index {dim} for tensor of size {tuple(t.shape)}")
+        raise IndexError(f"Invalid index {dim} for tensor of size {_size(t.shape)}")
 
 
 def _compute_norm(t: jax.Array, n: Any, dim: int) -> jax.Array:
@@ -165,7 +176,9 @@ class BasePruningMethod(abc.ABC):
         method._tensor_name = name
         hook = _pruning(module, name)
         if hook is None:
-            orig = getattr(module, name, None)
+            if not hasattr(module, name):
+                raise AttributeError(f"'{type(module).__name__}' object has no attribute '{name}'")
+            orig = getattr(module, name)
             if not isinstance(orig, nnx.Param):
                 raise ValueError(f"Parameter '{name}' of module {type(module).__name__} has to be pruned or be a "
                                  "parameter")
@@ -180,9 +193,9 @@ class BasePruningMethod(abc.ABC):
         else:
             importance_scores = _value(importance_scores)
             if importance_scores.shape != current.shape:
-                raise ValueError(f"importance_scores should have the same shape as parameter {name} of "
-                                 f"{type(module).__name__}, got {tuple(importance_scores.shape)} vs "
-                                 f"{tuple(current.shape)}")
+                raise AssertionError(f"importance_scores should have the same shape as parameter {name} of "
+                                     f"{type(module).__name__}, got {_size(importance_scores.shape)} vs "
+                                     f"{_size(current.shape)}")
         mask = jnp.asarray(method.compute_mask(importance_scores, default_mask=default_mask))
         if hook is None:
             delattr(module, name)
@@ -199,8 +212,8 @@ class BasePruningMethod(abc.ABC):
         if importance_scores is not None:
             importance_scores = _value(importance_scores)
             if importance_scores.shape != t.shape:
-                raise ValueError("importance_scores should have the same shape as tensor t, got "
-                                 f"{tuple(importance_scores.shape)} vs {tuple(t.shape)}")
+                raise AssertionError("importance_scores should have the same shape as tensor t, got "
+                                     f"{_size(importance_scores.shape)} vs {_size(t.shape)}")
         else:
             importance_scores = t
         default_mask = _value(default_mask) if default_mask is not None else jnp.ones_like(t)
@@ -295,8 +308,9 @@ class RandomUnstructured(BasePruningMethod):
         mask = jnp.asarray(default_mask)
         if count == 0:
             return mask
+        _check_k(count, "topk")
         prob = jnp.asarray(jrandom.rand_like(t))
-        index = sorting.topk_indices(prob.reshape(-1), count)
+        index = sorting.topk_indices(prob.reshape(-1), int(count))
         return mask.reshape(-1).at[index].set(0).reshape(mask.shape)
 
 
@@ -316,7 +330,8 @@ class L1Unstructured(BasePruningMethod):
         mask = jnp.asarray(default_mask)
         if count == 0:
             return mask
-        index = sorting.topk_indices(jnp.abs(t).reshape(-1), count, largest=False)
+        _check_k(count, "topk")
+        index = sorting.topk_indices(jnp.abs(t).reshape(-1), int(count), largest=False)
         return mask.reshape(-1).at[index].set(0).reshape(mask.shape)
 
 
@@ -345,6 +360,7 @@ class RandomStructured(BasePruningMethod):
         _validate_pruning_amount(count, size)
         if count == 0:
             return default_mask
+        _check_k(count, "kthvalue")
         prob = np.asarray(jrandom.rand(size))
         threshold = np.sort(prob)[count - 1]  # torch.kthvalue(prob, k).values
         mask = _channel_mask(t, self.dim, prob > threshold)
@@ -370,7 +386,7 @@ class LnStructured(BasePruningMethod):
         count = _compute_nparams_toprune(self.amount, size)
         _validate_pruning_amount(count, size)
         norm = _compute_norm(t, self.n, self.dim)
-        keep = sorting.topk_indices(norm, size - count, largest=True)
+        keep = sorting.topk_indices(norm, int(size - count), largest=True)
         if count == 0:
             return default_mask
         mask = _channel_mask(t, self.dim, keep)
@@ -387,8 +403,8 @@ class CustomFromMask(BasePruningMethod):
 
     def compute_mask(self, t: jax.Array, default_mask: jax.Array) -> jax.Array:
         if default_mask.shape != self.mask.shape:
-            raise ValueError(f"mask of shape {tuple(self.mask.shape)} does not match parameter "
-                             f"{self._tensor_name} of shape {tuple(default_mask.shape)}")
+            raise AssertionError(f"default_mask shape {_size(default_mask.shape)} must match self.mask shape "
+                                 f"{_size(self.mask.shape)}")
         return default_mask * self.mask.astype(default_mask.dtype)
 
 
@@ -483,7 +499,9 @@ def custom_from_mask(module: Any, name: str, mask: Any) -> Any:
       as torch's default mask) and ``module.<name>`` computed before every call.
 
     Raises:
-      ValueError: no parameter ``name``, or a mask of another shape.
+      AttributeError: no attribute ``name``.
+      ValueError: ``name`` is not a parameter.
+      AssertionError: a mask of another shape (torch's type and message).
     """
     CustomFromMask.apply(module, name, mask=mask)
     return module

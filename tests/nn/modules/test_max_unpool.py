@@ -129,3 +129,14 @@ def test_with_indices_functions_are_torchs(nd):
             ours = getattr(JF, name)(jnp.asarray(x.numpy()), *args)
             for a, b in zip(ours, theirs):
                 np.testing.assert_array_equal(np.asarray(a), b.numpy(), err_msg=name)
+
+
+def test_an_empty_batch_and_a_negative_output_size_are_torchs():
+    values, indices = torch.nn.functional.max_pool2d(torch.randn(1, 2, 4, 4), 2, return_indices=True)
+    out = torch.nn.functional.max_unpool1d(values[:0, :, 0], indices[:0, :, 0], 2)
+    ours = JF.max_unpool1d(jnp.zeros((0, 2, 2)), jnp.zeros((0, 2, 2), jnp.int32), 2)
+    assert ours.shape == tuple(out.shape) == (0, 2, 4)
+    with pytest.raises(ValueError) as expected:
+        torch.nn.functional.max_unpool2d(values, indices, 1, stride=1, padding=2)
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        JF.max_unpool2d(jnp.asarray(values.numpy()), jnp.asarray(indices.numpy()), 1, stride=1, padding=2)

@@ -239,3 +239,40 @@ def test_the_pruning_tutorials_sequence_on_its_lenet():
     z = torch.randn(2, 400)
     np.testing.assert_allclose(np.asarray(j["fc1"](jnp.asarray(z.numpy()))), t["fc1"](z).detach().numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_more_errors_are_torchs():
+    """``amount=True`` (torch's topk/kthvalue refuse a bool count), a missing attribute, masks and scores of
+    another shape: torch's exception types and messages."""
+    cases = [
+        lambda lib, m: lib.l1_unstructured(m, "weight", True),
+        lambda lib, m: lib.random_unstructured(m, "weight", True),
+        lambda lib, m: lib.random_structured(m, "weight", True, 0),
+        lambda lib, m: lib.l1_unstructured(m, "foo", 1),
+        lambda lib, m: lib.custom_from_mask(m, "weight", np.ones(3)),
+        lambda lib, m: lib.l1_unstructured(m, "weight", 1, importance_scores=np.ones((2, 2))),
+        lambda lib, m: lib.ln_structured(m, "bias", 1, 2, 0),
+        lambda lib, m: lib.random_structured(m, "weight", 1, 4),
+    ]
+    for case in cases:
+        t, j = torch.nn.Linear(4, 3), jnn.Linear(4, 3)
+        with pytest.raises(Exception) as expected:
+            case(_TorchArrays(), t)
+        message = str(expected.value).replace(repr(t), type(t).__name__)  # torch names the module by its repr
+        with pytest.raises(expected.type, match=re.escape(message)):
+            case(jprune, j)
+
+
+class _TorchArrays:
+    """torch's prune module, its NumPy arguments passed as float32 tensors."""
+
+    def __getattr__(self, name):
+        fn = getattr(tprune, name)
+
+        def as_torch(value):
+            return torch.from_numpy(value).float() if isinstance(value, np.ndarray) else value
+
+        def call(*args, **kwargs):
+            return fn(*map(as_torch, args), **{key: as_torch(value) for key, value in kwargs.items()})
+
+        return call
