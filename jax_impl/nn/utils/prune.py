@@ -293,8 +293,8 @@ class Identity(BasePruningMethod):
         return default_mask
 
 
-class RandomUnstructured(BasePruningMethod):
-    """Prunes the ``amount`` entries of largest ``rand_like(t)`` (torch's global stream, ``t``'s dtype)."""
+class _UnstructuredMethod(BasePruningMethod):
+    """Prunes the ``amount`` entries :meth:`_pruned` picks (torch's unstructured methods share the rest)."""
 
     PRUNING_TYPE = "unstructured"
 
@@ -302,37 +302,34 @@ class RandomUnstructured(BasePruningMethod):
         _validate_pruning_amount_init(amount)
         self.amount = amount
 
+    def _pruned(self, t: jax.Array, count: int) -> jax.Array:
+        raise NotImplementedError
+
     def compute_mask(self, t: jax.Array, default_mask: jax.Array) -> jax.Array:
         count = _compute_nparams_toprune(self.amount, t.size)
         _validate_pruning_amount(count, t.size)
         mask = jnp.asarray(default_mask)
         if count == 0:
             return mask
+        return mask.reshape(-1).at[self._pruned(t, count)].set(0).reshape(mask.shape)
+
+
+class RandomUnstructured(_UnstructuredMethod):
+    """Prunes the ``amount`` entries of largest ``rand_like(t)`` (torch's global stream, ``t``'s dtype)."""
+
+    def _pruned(self, t: jax.Array, count: int) -> jax.Array:
+        prob = jnp.asarray(jrandom.rand_like(t))  # drawn before topk can refuse the count, as torch's
         _check_k(count, "topk")
-        prob = jnp.asarray(jrandom.rand_like(t))
-        index = sorting.topk_indices(prob.reshape(-1), int(count))
-        return mask.reshape(-1).at[index].set(0).reshape(mask.shape)
+        return sorting.topk_indices(prob.reshape(-1), int(count))
 
 
-class L1Unstructured(BasePruningMethod):
+class L1Unstructured(_UnstructuredMethod):
     """Prunes the ``amount`` entries of smallest ``|t|`` (torch's CPU ``topk(largest=False)``, ties
     included)."""
 
-    PRUNING_TYPE = "unstructured"
-
-    def __init__(self, amount: int | float) -> None:
-        _validate_pruning_amount_init(amount)
-        self.amount = amount
-
-    def compute_mask(self, t: jax.Array, default_mask: jax.Array) -> jax.Array:
-        count = _compute_nparams_toprune(self.amount, t.size)
-        _validate_pruning_amount(count, t.size)
-        mask = jnp.asarray(default_mask)
-        if count == 0:
-            return mask
+    def _pruned(self, t: jax.Array, count: int) -> jax.Array:
         _check_k(count, "topk")
-        index = sorting.topk_indices(jnp.abs(t).reshape(-1), int(count), largest=False)
-        return mask.reshape(-1).at[index].set(0).reshape(mask.shape)
+        return sorting.topk_indices(jnp.abs(t).reshape(-1), int(count), largest=False)
 
 
 def _channel_mask(t: jax.Array, dim: int, channels: Any) -> jax.Array:
@@ -360,8 +357,8 @@ class RandomStructured(BasePruningMethod):
         _validate_pruning_amount(count, size)
         if count == 0:
             return default_mask
+        prob = np.asarray(jrandom.rand(size))  # drawn before kthvalue can refuse the count, as torch's
         _check_k(count, "kthvalue")
-        prob = np.asarray(jrandom.rand(size))
         threshold = np.sort(prob)[count - 1]  # torch.kthvalue(prob, k).values
         mask = _channel_mask(t, self.dim, prob > threshold)
         return mask * jnp.asarray(default_mask).astype(mask.dtype)
