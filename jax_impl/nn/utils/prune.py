@@ -149,8 +149,7 @@ class BasePruningMethod(abc.ABC):
         """``<name>_mask.astype(<name>_orig.dtype) * <name>_orig``."""
         if self._tensor_name is None:
             raise AssertionError(f"Module {type(module).__name__} has to be pruned")
-        orig = getattr(module, self._tensor_name + "_orig")[...]
-        return getattr(module, self._tensor_name + "_mask")[...].astype(orig.dtype) * orig
+        return Pruning(self._tensor_name).compute(module)
 
     @classmethod
     def apply(cls, module: Any, name: str, *args: Any, importance_scores: Any = None,
