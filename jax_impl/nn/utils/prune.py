@@ -331,6 +331,16 @@ class L1Unstructured(_UnstructuredMethod):
         return sorting.topk_indices(jnp.abs(t).reshape(-1), int(count), largest=False)
 
 
+def _structured_count(t: jax.Array, dim: int, amount: Any) -> tuple[int, Any]:
+    """torch's structured checks, then ``(channels along dim, channels to prune)``."""
+    _validate_structured_pruning(t)
+    _validate_pruning_dim(t, dim)
+    size = t.shape[dim]
+    count = _compute_nparams_toprune(amount, size)
+    _validate_pruning_amount(count, size)
+    return size, count
+
+
 def _channel_mask(t: jax.Array, dim: int, channels: Any) -> jax.Array:
     """Zeros of ``t``'s shape with ones at ``channels`` (indices or a boolean vector) along ``dim``."""
     index = (slice(None),) * (dim % t.ndim) + (jnp.asarray(channels),)
@@ -349,11 +359,7 @@ class RandomStructured(BasePruningMethod):
         self.dim = dim
 
     def compute_mask(self, t: jax.Array, default_mask: jax.Array) -> jax.Array:
-        _validate_structured_pruning(t)
-        _validate_pruning_dim(t, self.dim)
-        size = t.shape[self.dim]
-        count = _compute_nparams_toprune(self.amount, size)
-        _validate_pruning_amount(count, size)
+        size, count = _structured_count(t, self.dim, self.amount)
         if count == 0:
             return default_mask
         prob = np.asarray(jrandom.rand(size))  # drawn before kthvalue can refuse the count, as torch's
@@ -376,11 +382,7 @@ class LnStructured(BasePruningMethod):
         self.dim = dim
 
     def compute_mask(self, t: jax.Array, default_mask: jax.Array) -> jax.Array:
-        _validate_structured_pruning(t)
-        _validate_pruning_dim(t, self.dim)
-        size = t.shape[self.dim]
-        count = _compute_nparams_toprune(self.amount, size)
-        _validate_pruning_amount(count, size)
+        size, count = _structured_count(t, self.dim, self.amount)
         norm = _compute_norm(t, self.n, self.dim)
         keep = sorting.topk_indices(norm, int(size - count), largest=True)
         if count == 0:
